@@ -1,0 +1,214 @@
+// Package consul is the locksuite adapter for a Consul session lock: a
+// session with a TTL (LockDelay 0, behavior release) renewed in the
+// background, and a KV acquire of the lock key with that session.
+//
+// The fencing token is the key's ModifyIndex as read right after the acquire:
+// every acquire is a new Raft write, so a later grant carries a larger index.
+// Consul invalidates a session that is not renewed after about twice its TTL;
+// with behavior "release" the key is then free for the next holder.
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/locksuite/locksuite/backends"
+)
+
+// Config describes one client of one Consul lock.
+type Config struct {
+	// Client is the connection to use. If nil, one is made from Address
+	// (falling back to CONSUL_HTTP_ADDR and the other CONSUL_* variables
+	// that api.DefaultConfig reads).
+	Client *api.Client
+	// Address is host:port or an http(s):// URL of a Consul agent.
+	Address string
+	// Token is an ACL token; empty uses CONSUL_HTTP_TOKEN if set.
+	Token string
+	// Key names the lock in the KV store. Required.
+	Key string
+	// TTL is the session TTL. Consul refuses TTLs below the server's
+	// session_ttl_min (10s by default; the harness's server allows 100ms).
+	// Default 10s.
+	TTL time.Duration
+	_   struct{}
+}
+
+type locker struct {
+	c      *api.Client
+	key    string
+	ttl    time.Duration
+	closed atomic.Bool
+}
+
+var (
+	_ backends.Locker       = (*locker)(nil)
+	_ backends.Expirer      = (*locker)(nil)
+	_ backends.Renewer      = (*locker)(nil)
+	_ backends.LossNotifier = (*lease)(nil)
+)
+
+// New returns a Locker for cfg. It does not contact the agent.
+func New(cfg Config) (backends.Locker, error) {
+	if cfg.Key == "" {
+		return nil, errors.New("consul: Config.Key is empty: name the lock key")
+	}
+	if strings.HasPrefix(cfg.Key, "/") {
+		return nil, fmt.Errorf("consul: key %q must not start with /", cfg.Key)
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 10 * time.Second
+	}
+	if cfg.TTL < 0 {
+		return nil, fmt.Errorf("consul: TTL %v is negative", cfg.TTL)
+	}
+	c := cfg.Client
+	if c == nil {
+		ac := api.DefaultConfig()
+		if cfg.Address != "" {
+			ac.Address = cfg.Address
+		}
+		if cfg.Token != "" {
+			ac.Token = cfg.Token
+		}
+		// A transport of its own: one Locker is one process's connections.
+		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}
+		var err error
+		if c, err = api.NewClient(ac); err != nil {
+			return nil, fmt.Errorf("consul: client for %q: %w", ac.Address, err)
+		}
+	}
+	return &locker{c: c, key: cfg.Key, ttl: cfg.TTL}, nil
+}
+
+func (l *locker) TTL() time.Duration { return l.ttl }
+
+// Expiry is twice the TTL: Consul's session timer allows that much slack.
+func (l *locker) Expiry() time.Duration { return 2 * l.ttl }
+func (l *locker) Renews() bool          { return true }
+func (l *locker) Describe() string {
+	return fmt.Sprintf("Consul session TTL %v (LockDelay 0, release) renewed every TTL/2, KV acquire, fence = ModifyIndex", l.ttl)
+}
+
+func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	if l.closed.Load() {
+		return nil, backends.ErrClosed
+	}
+	wrap := func(err error) error {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("consul: acquire %s: %w", l.key, err)
+	}
+	id, _, err := l.c.Session().CreateNoChecks(&api.SessionEntry{
+		Name:      "locksuite " + l.key,
+		TTL:       l.ttl.String(),
+		LockDelay: 0,
+		Behavior:  api.SessionBehaviorRelease,
+	}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, wrap(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	s := &lease{l: l, session: id, stop: stop, lost: make(chan struct{})}
+	go s.renew(rctx)
+	var index uint64
+	for {
+		ok, _, err := l.c.KV().Acquire(&api.KVPair{Key: l.key, Value: []byte(id), Session: id}, (&api.WriteOptions{}).WithContext(ctx))
+		if err != nil {
+			s.destroy()
+			return nil, wrap(err)
+		}
+		if ok {
+			p, _, err := l.c.KV().Get(l.key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			if err != nil {
+				s.destroy()
+				return nil, wrap(err)
+			}
+			if p != nil && p.Session == id {
+				s.fence = p.ModifyIndex
+				return s, nil
+			}
+			// Lost between the acquire and the read: try again.
+			continue
+		}
+		// Held by another session: block until the key changes.
+		p, meta, err := l.c.KV().Get(l.key, (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second}).WithContext(ctx))
+		if err != nil {
+			s.destroy()
+			return nil, wrap(err)
+		}
+		index = meta.LastIndex
+		if p == nil || p.Session == "" {
+			index = 0
+		}
+	}
+}
+
+func (l *locker) Close() error {
+	l.closed.Store(true)
+	return nil
+}
+
+type lease struct {
+	l        *locker
+	session  string
+	fence    uint64
+	stop     context.CancelFunc
+	lost     chan struct{}
+	lostOnce sync.Once
+}
+
+func (s *lease) Fence() uint64          { return s.fence }
+func (s *lease) Lost() <-chan struct{} { return s.lost }
+func (s *lease) markLost()              { s.lostOnce.Do(func() { close(s.lost) }) }
+
+// renew renews the session every TTL/2 until stopped, and marks the lease lost
+// when Consul says the session is gone.
+func (s *lease) renew(ctx context.Context) {
+	t := time.NewTicker(s.l.ttl / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.l.ttl)
+		e, _, err := s.l.c.Session().Renew(s.session, (&api.WriteOptions{}).WithContext(rctx))
+		cancel()
+		if err == nil && e == nil || err != nil && strings.Contains(err.Error(), "not found") {
+			s.markLost()
+			return
+		}
+	}
+}
+
+func (s *lease) destroy() {
+	s.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = s.l.c.Session().Destroy(s.session, (&api.WriteOptions{}).WithContext(ctx))
+}
+
+// Release releases the key only if this session still holds it (Consul's
+// release checks the session), then destroys the session.
+func (s *lease) Release(ctx context.Context) error {
+	s.stop()
+	_, _, err := s.l.c.KV().Release(&api.KVPair{Key: s.l.key, Session: s.session}, (&api.WriteOptions{}).WithContext(ctx))
+	if err != nil && !strings.Contains(err.Error(), "invalid session") {
+		return fmt.Errorf("consul: release %s: %w", s.l.key, err)
+	}
+	if _, err := s.l.c.Session().Destroy(s.session, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("consul: destroy session of %s: %w", s.l.key, err)
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+// Package etcd is the locksuite adapter for an etcd lease lock: a lease with
+// keep-alive, and the lock key put with that lease only if it does not exist
+// (a transaction on CreateRevision == 0).
+//
+// The fencing token is the key's create revision, which etcd's single
+// revision counter makes strictly increasing across grants. The lease is
+// renewed in the background by the client's keep-alive stream, so a slow
+// holder keeps the lock; a holder whose process or network stalls stops
+// renewing, and etcd frees the key once the TTL has passed and its lessor
+// notices (it checks every 500 ms).
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/locksuite/locksuite/backends"
+)
+
+// Config describes one client of one etcd lock.
+type Config struct {
+	// Client is the connection to use. If nil, one is made from Endpoints
+	// and closed by Locker.Close.
+	Client *clientv3.Client
+	// Endpoints are host:port addresses (as in ETCDCTL_ENDPOINTS); used when
+	// Client is nil.
+	Endpoints []string
+	// Key names the lock. Required.
+	Key string
+	// TTL is the lease's time to live. etcd grants whole seconds: it is
+	// rounded up, and the server refuses TTLs below its minimum (1.5 ×
+	// election timeout). Default 1s.
+	TTL time.Duration
+	_   struct{}
+}
+
+type locker struct {
+	c      *clientv3.Client
+	own    bool
+	key    string
+	ttl    int64
+	closed atomic.Bool
+}
+
+var (
+	_ backends.Locker       = (*locker)(nil)
+	_ backends.Expirer      = (*locker)(nil)
+	_ backends.Renewer      = (*locker)(nil)
+	_ backends.LossNotifier = (*lease)(nil)
+)
+
+// New returns a Locker for cfg. It connects lazily.
+func New(cfg Config) (backends.Locker, error) {
+	if cfg.Key == "" {
+		return nil, errors.New("etcd: Config.Key is empty: name the lock key")
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = time.Second
+	}
+	if cfg.TTL < 0 {
+		return nil, fmt.Errorf("etcd: TTL %v is negative", cfg.TTL)
+	}
+	l := &locker{c: cfg.Client, key: cfg.Key, ttl: int64(math.Ceil(cfg.TTL.Seconds()))}
+	if l.c == nil {
+		if len(cfg.Endpoints) == 0 {
+			return nil, errors.New("etcd: no server: set Config.Client or Config.Endpoints")
+		}
+		c, err := clientv3.New(clientv3.Config{
+			Endpoints:   cfg.Endpoints,
+			DialTimeout: 2 * time.Second,
+			Logger:      nopLogger(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("etcd: connect %v: %w", cfg.Endpoints, err)
+		}
+		l.c, l.own = c, true
+	}
+	return l, nil
+}
+
+func (l *locker) TTL() time.Duration { return time.Duration(l.ttl) * time.Second }
+
+// Expiry is TTL plus the lessor's 500 ms expiry check.
+func (l *locker) Expiry() time.Duration { return l.TTL() + 500*time.Millisecond }
+func (l *locker) Renews() bool          { return true }
+func (l *locker) Describe() string {
+	return fmt.Sprintf("etcd lease TTL %ds with keep-alive, txn on create revision, fence = create revision", l.ttl)
+}
+
+func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	if l.closed.Load() {
+		return nil, backends.ErrClosed
+	}
+	wrap := func(err error) error {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("etcd: acquire %s: %w", l.key, err)
+	}
+	g, err := l.c.Grant(ctx, l.ttl)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	// The keep-alive outlives Acquire's ctx: it stops at Release or Close.
+	kctx, stop := context.WithCancel(context.Background())
+	revoke := func() {
+		stop()
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, _ = l.c.Revoke(rctx, g.ID)
+	}
+	ka, err := l.c.KeepAlive(kctx, g.ID)
+	if err != nil {
+		revoke()
+		return nil, wrap(err)
+	}
+	s := &lease{l: l, id: g.ID, stop: stop, lost: make(chan struct{})}
+	go func() {
+		for range ka {
+		}
+		s.markLost()
+	}()
+	for {
+		resp, err := l.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", 0)).
+			Then(clientv3.OpPut(l.key, fmt.Sprint(g.ID), clientv3.WithLease(g.ID))).
+			Else(clientv3.OpGet(l.key)).
+			Commit()
+		if err != nil {
+			revoke()
+			return nil, wrap(err)
+		}
+		if resp.Succeeded {
+			s.rev = resp.Header.Revision
+			return s, nil
+		}
+		// Taken: wait until the holder's key is deleted (release or expiry).
+		held := resp.Responses[0].GetResponseRange().Kvs
+		if len(held) == 0 {
+			continue
+		}
+		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := l.c.Watch(wctx, l.key, clientv3.WithRev(held[0].ModRevision+1), clientv3.WithFilterPut())
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				wcancel()
+				revoke()
+				return nil, wrap(ctx.Err())
+			case w, ok := <-wch:
+				if !ok || w.Err() != nil || len(w.Events) > 0 {
+					break wait
+				}
+			}
+		}
+		wcancel()
+	}
+}
+
+func (l *locker) Close() error {
+	if l.closed.Swap(true) || !l.own {
+		return nil
+	}
+	return l.c.Close()
+}
+
+type lease struct {
+	l        *locker
+	id       clientv3.LeaseID
+	rev      int64
+	stop     context.CancelFunc
+	lost     chan struct{}
+	lostOnce sync.Once
+}
+
+func (s *lease) markLost()              { s.lostOnce.Do(func() { close(s.lost) }) }
+func (s *lease) Fence() uint64          { return uint64(s.rev) }
+func (s *lease) Lost() <-chan struct{} { return s.lost }
+
+// Release deletes the key only if it is still this grant's (same create
+// revision), then revokes the lease.
+func (s *lease) Release(ctx context.Context) error {
+	s.stop()
+	_, err := s.l.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.l.key), "=", s.rev)).
+		Then(clientv3.OpDelete(s.l.key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcd: release %s: %w", s.l.key, err)
+	}
+	if _, err := s.l.c.Revoke(ctx, s.id); err != nil && !isLeaseNotFound(err) {
+		return fmt.Errorf("etcd: revoke lease of %s: %w", s.l.key, err)
+	}
+	return nil
+}

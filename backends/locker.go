@@ -1,0 +1,117 @@
+// Package backends defines the contract every lock under test implements,
+// and holds one sub-package per lock service (redis, etcd, consul, postgres).
+//
+// The contract is deliberately small: a Locker grants Leases, a Lease carries
+// a fencing token and can be released. Everything else a lock may offer (a
+// known time to live, background renewal, notice of a lost lease) is an
+// optional capability, discovered by type assertion. A suite spec that needs a
+// capability the Locker lacks is skipped, never failed.
+//
+// A Locker is one client of one lock: the suite creates one Locker per
+// simulated process, all naming the same lock. Two Lockers of the same lock
+// must never both hold an unexpired lease; the suite exists to find out what
+// happens when a holder stalls past its lease anyway.
+package backends
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Locker is one client's handle on one named lock.
+//
+// Acquire blocks until this client holds the lock, or until ctx is done, in
+// which case it returns an error wrapping ctx.Err() and holds nothing. A
+// Locker holds at most one Lease at a time: calling Acquire again before the
+// previous Lease is released is a caller error, and its result is undefined.
+//
+// Close frees the Locker's connections and background work (renewal stops).
+// A lease still held is released where that is cheap, otherwise left to
+// expire. It is safe to call Close more than once; Acquire after Close
+// returns ErrClosed.
+type Locker interface {
+	Acquire(ctx context.Context) (Lease, error)
+	Close() error
+}
+
+// Lease is one grant of the lock to one client.
+//
+// Fence returns the grant's fencing token. Tokens strictly increase with every
+// grant of the same lock to any client: if grant g2 began after grant g1, then
+// g2.Fence() > g1.Fence(). A backend that gives no token returns 0, and the
+// suite's fenced specs are skipped for it. The token is fixed at grant time; it
+// does not change when the lease is renewed.
+//
+// Release gives the lock up if, and only if, it is still held by this lease.
+// It never removes a lock held by another grant, even when this lease has
+// already expired and the lock was granted again (compare-and-delete). It
+// returns nil when the lock was released or was no longer this lease's, and an
+// error only when the lock service could not be asked. Release is idempotent.
+type Lease interface {
+	Fence() uint64
+	Release(ctx context.Context) error
+}
+
+// ErrClosed is returned by Acquire on a closed Locker.
+var ErrClosed = errors.New("locksuite: locker is closed")
+
+// TTLer is an optional capability of a Locker: the time after which a lease
+// that is neither renewed nor released is freed by the lock service. It is the
+// floor below which no stalled holder can lose its lock: a stall shorter than
+// TTL is harmless, a longer one may let a second holder in.
+//
+// Where the service frees the lease later than TTL (etcd checks expiry every
+// 500 ms, Consul waits about twice the session TTL), Expiry reports the
+// effective upper bound.
+type TTLer interface {
+	TTL() time.Duration
+}
+
+// Expirer is an optional capability refining TTLer: the longest time, measured
+// from the holder's last renewal, before the service actually frees a stalled
+// lease. The suite uses it to size its waits; without it, TTL is assumed.
+type Expirer interface {
+	Expiry() time.Duration
+}
+
+// Renewer is an optional capability of a Locker whose leases are kept alive in
+// the background while the holder runs (etcd keep-alive, Consul session renew,
+// a Postgres session kept busy). Renews reports whether that is so. A renewing
+// lock is safe against a slow holder whose process keeps running, and unsafe,
+// like any lease, against a holder whose process or network stalls.
+type Renewer interface {
+	Renews() bool
+}
+
+// LossNotifier is an optional capability of a Lease: Lost returns a channel
+// that is closed when the backend reports the lease lost (keep-alive failed,
+// session invalidated, connection ended). A holder that checks it before
+// writing narrows the unsafe window, but cannot close it: the notice arrives
+// only once the stalled holder runs again.
+type LossNotifier interface {
+	Lost() <-chan struct{}
+}
+
+// Info is an optional capability that describes a Locker for reports: a short
+// backend name ("redis") and a one-line description of the mechanism.
+type Info interface {
+	Describe() string
+}
+
+// TTLOf returns the Locker's TTL and whether it declares one.
+func TTLOf(l Locker) (time.Duration, bool) {
+	if t, ok := l.(TTLer); ok && t.TTL() > 0 {
+		return t.TTL(), true
+	}
+	return 0, false
+}
+
+// ExpiryOf returns the longest time a stalled lease of l may survive: Expiry
+// if l declares it, else TTL. The boolean is false when l declares neither.
+func ExpiryOf(l Locker) (time.Duration, bool) {
+	if e, ok := l.(Expirer); ok && e.Expiry() > 0 {
+		return e.Expiry(), true
+	}
+	return TTLOf(l)
+}

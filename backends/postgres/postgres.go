@@ -1,0 +1,220 @@
+// Package postgres is the locksuite adapter for a PostgreSQL session-level
+// advisory lock (pg_advisory_lock) held on a dedicated connection.
+//
+// A session lock has no lease of its own: it lasts as long as the session.
+// The adapter gives it one by setting idle_session_timeout on that session:
+// the server ends a session that has sent nothing for that long, and with it
+// the lock. While the holder runs, a background query every third of the
+// timeout keeps the session busy (renewal); a holder whose process or network
+// stalls sends nothing, and the server frees the lock.
+//
+// The fencing token is nextval of a sequence, sent in the same simple-protocol
+// round trip as pg_advisory_lock: the server runs both before the client sees
+// either, so no client-side pause can fall between the grant and its token.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/locksuite/locksuite/backends"
+)
+
+// Config describes one client of one advisory lock.
+type Config struct {
+	// ConnString is a postgres:// URL or key=value DSN. Empty means libpq's
+	// environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
+	// PGSSLMODE, ...), as pgx.ParseConfig reads it.
+	ConnString string
+	// Key names the lock; it is hashed (FNV-64a) to the advisory lock's
+	// bigint key. Required.
+	Key string
+	// Sequence is the fence sequence's name. Default "locksuite_fence_"
+	// followed by the hashed key in hex. Created if missing.
+	Sequence string
+	// Lease is the idle_session_timeout of the lock's session. Default
+	// 500ms; at least 1ms (the setting's resolution).
+	Lease time.Duration
+	_     struct{}
+}
+
+type locker struct {
+	cfg    *pgx.ConnConfig
+	key    int64
+	seq    string
+	lease  time.Duration
+	seqOK  atomic.Bool
+	closed atomic.Bool
+}
+
+var (
+	_ backends.Locker       = (*locker)(nil)
+	_ backends.TTLer        = (*locker)(nil)
+	_ backends.Renewer      = (*locker)(nil)
+	_ backends.LossNotifier = (*lease)(nil)
+)
+
+// New returns a Locker for cfg. It does not connect.
+func New(cfg Config) (backends.Locker, error) {
+	if cfg.Key == "" {
+		return nil, errors.New("postgres: Config.Key is empty: name the lock key")
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 500 * time.Millisecond
+	}
+	if cfg.Lease < time.Millisecond {
+		return nil, fmt.Errorf("postgres: lease %v is below idle_session_timeout's 1ms resolution", cfg.Lease)
+	}
+	cc, err := pgx.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", err)
+	}
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = 3 * time.Second
+	}
+	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(cfg.Lease.Milliseconds(), 10)
+	cc.RuntimeParams["application_name"] = "locksuite"
+	h := fnv.New64a()
+	h.Write([]byte(cfg.Key))
+	sum := h.Sum64()
+	if cfg.Sequence == "" {
+		cfg.Sequence = fmt.Sprintf("locksuite_fence_%016x", sum)
+	}
+	return &locker{cfg: cc, key: int64(sum), seq: cfg.Sequence, lease: cfg.Lease}, nil
+}
+
+func (l *locker) TTL() time.Duration { return l.lease }
+func (l *locker) Renews() bool       { return true }
+func (l *locker) Describe() string {
+	return fmt.Sprintf("Postgres pg_advisory_lock, idle_session_timeout %v, keep-alive every %v, fence = nextval", l.lease, l.lease/3)
+}
+
+func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	if l.closed.Load() {
+		return nil, backends.ErrClosed
+	}
+	wrap := func(err error) error {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("postgres: acquire %s: %w", l.lockName(), err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, l.cfg)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	seq := pgx.Identifier{l.seq}.Sanitize()
+	if !l.seqOK.Load() {
+		_, err := conn.Exec(ctx, "CREATE SEQUENCE IF NOT EXISTS "+seq)
+		var pe *pgconn.PgError
+		if err != nil && !(errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P07")) {
+			conn.Close(context.Background())
+			return nil, wrap(err)
+		}
+		l.seqOK.Store(true)
+	}
+	// One round trip, two statements: grant, then its fence.
+	q := fmt.Sprintf("SELECT pg_advisory_lock(%d); SELECT nextval(%s)", l.key, quoteLiteral(seq))
+	res, err := conn.PgConn().Exec(ctx, q).ReadAll()
+	if err == nil && (len(res) != 2 || len(res[1].Rows) != 1) {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, wrap(err)
+	}
+	fence, err := strconv.ParseUint(string(res[1].Rows[0][0]), 10, 64)
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, wrap(err)
+	}
+	kctx, stop := context.WithCancel(context.Background())
+	s := &lease{l: l, conn: conn, fence: fence, stop: stop, done: make(chan struct{}), lost: make(chan struct{})}
+	go s.keepAlive(kctx)
+	return s, nil
+}
+
+func (l *locker) lockName() string { return fmt.Sprintf("advisory lock %d", l.key) }
+
+func (l *locker) Close() error {
+	l.closed.Store(true)
+	return nil
+}
+
+func quoteLiteral(s string) string {
+	out := []byte{'\''}
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, '\''))
+}
+
+type lease struct {
+	l        *locker
+	mu       sync.Mutex // serializes use of conn
+	conn     *pgx.Conn
+	fence    uint64
+	stop     context.CancelFunc
+	done     chan struct{}
+	lost     chan struct{}
+	lostOnce sync.Once
+	released bool
+}
+
+func (s *lease) Fence() uint64          { return s.fence }
+func (s *lease) Lost() <-chan struct{} { return s.lost }
+func (s *lease) markLost()              { s.lostOnce.Do(func() { close(s.lost) }) }
+
+// keepAlive sends a query every lease/3 so the session is never idle for
+// the timeout while the holder's process runs.
+func (s *lease) keepAlive(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(s.l.lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		_, err := s.conn.Exec(ctx, "SELECT 1")
+		s.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			s.markLost()
+			return
+		}
+	}
+}
+
+// Release unlocks only this session's lock (an advisory lock belongs to its
+// session), then closes the session. If the server already ended the session
+// (idle_session_timeout), the lock went with it and Release returns nil.
+func (s *lease) Release(ctx context.Context) error {
+	s.stop()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		return nil
+	}
+	s.released = true
+	defer s.conn.Close(context.Background())
+	_, err := s.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", s.l.key)
+	if err != nil && !s.conn.IsClosed() {
+		return fmt.Errorf("postgres: release %s: %w", s.l.lockName(), err)
+	}
+	return nil
+}

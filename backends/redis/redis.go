@@ -1,0 +1,166 @@
+// Package redis is the locksuite adapter for the single-instance Redis lock:
+// SET key token NX PX lease, released by a compare-and-delete script.
+//
+// The fencing token is taken by INCR on a companion key inside the same Lua
+// script as the SET, so no pause can fall between the grant and its token:
+// a later grant always carries a larger token. The lease is not renewed: a
+// holder that runs past it has lost the lock, and only a fenced store can stop
+// its late write.
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/locksuite/locksuite/backends"
+)
+
+// Config describes one client of one Redis lock.
+type Config struct {
+	// Client is the connection to use. If nil, one is made from URL or Addr
+	// and closed by Locker.Close.
+	Client *goredis.Client
+	// URL is a redis:// or rediss:// URL (as in REDIS_URL); used when Client
+	// is nil. It takes precedence over Addr.
+	URL string
+	// Addr is host:port; used when Client and URL are empty.
+	Addr string
+	// Key names the lock. The fencing counter lives at Key+":fence".
+	// Required.
+	Key string
+	// Lease is the PX of the SET. Default 500ms; at least 1ms.
+	Lease time.Duration
+	// Poll is the wait between attempts while the lock is taken. Default 5ms,
+	// as in the reference guide.
+	Poll time.Duration
+	_    struct{}
+}
+
+// acquireScript sets the lock and takes its fence in one atomic step.
+var acquireScript = goredis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return 0`)
+
+// releaseScript deletes the lock only if it still holds this lease's token.
+var releaseScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+type locker struct {
+	c      *goredis.Client
+	own    bool
+	key    string
+	lease  time.Duration
+	poll   time.Duration
+	closed atomic.Bool
+}
+
+var (
+	_ backends.Locker = (*locker)(nil)
+	_ backends.TTLer  = (*locker)(nil)
+	_ backends.Lease  = (*lease)(nil)
+)
+
+// New returns a Locker for cfg. It does not contact the server.
+func New(cfg Config) (backends.Locker, error) {
+	if cfg.Key == "" {
+		return nil, errors.New("redis: Config.Key is empty: name the lock key")
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 500 * time.Millisecond
+	}
+	if cfg.Lease < time.Millisecond {
+		return nil, fmt.Errorf("redis: lease %v is below Redis's 1ms PX resolution", cfg.Lease)
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 5 * time.Millisecond
+	}
+	l := &locker{c: cfg.Client, key: cfg.Key, lease: cfg.Lease, poll: cfg.Poll}
+	if l.c == nil {
+		var opts *goredis.Options
+		switch {
+		case cfg.URL != "":
+			o, err := goredis.ParseURL(cfg.URL)
+			if err != nil {
+				return nil, fmt.Errorf("redis: bad URL: %w (expected redis://[user:password@]host:port/db)", err)
+			}
+			opts = o
+		case cfg.Addr != "":
+			opts = &goredis.Options{Addr: cfg.Addr}
+		default:
+			return nil, errors.New("redis: no server: set Config.Client, Config.URL or Config.Addr")
+		}
+		opts.DialTimeout = 2 * time.Second
+		// One connection per Locker: a client is one process holding one lock.
+		opts.PoolSize = 2
+		l.c, l.own = goredis.NewClient(opts), true
+	}
+	return l, nil
+}
+
+func (l *locker) TTL() time.Duration { return l.lease }
+func (l *locker) Describe() string {
+	return fmt.Sprintf("Redis SET NX PX %v, INCR fence, compare-and-delete release", l.lease)
+}
+
+func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		if l.closed.Load() {
+			return nil, backends.ErrClosed
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redis: acquire %s: %w", l.key, ctx.Err())
+		case <-t.C:
+		}
+		fence, err := acquireScript.Run(ctx, l.c, []string{l.key, l.key + ":fence"}, token, l.lease.Milliseconds()).Int64()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("redis: acquire %s: %w", l.key, ctx.Err())
+			}
+			return nil, fmt.Errorf("redis: acquire %s: %w", l.key, err)
+		}
+		if fence > 0 {
+			return &lease{l: l, token: token, fence: uint64(fence)}, nil
+		}
+		t.Reset(l.poll)
+	}
+}
+
+func (l *locker) Close() error {
+	if l.closed.Swap(true) || !l.own {
+		return nil
+	}
+	return l.c.Close()
+}
+
+type lease struct {
+	l     *locker
+	token string
+	fence uint64
+}
+
+func (s *lease) Fence() uint64 { return s.fence }
+
+func (s *lease) Release(ctx context.Context) error {
+	if err := releaseScript.Run(ctx, s.l.c, []string{s.l.key}, s.token).Err(); err != nil {
+		return fmt.Errorf("redis: release %s: %w", s.l.key, err)
+	}
+	return nil
+}

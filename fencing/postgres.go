@@ -1,0 +1,91 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultTable is the table in which Postgres counters are kept.
+const DefaultTable = "locksuite_counter"
+
+var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// PostgresStore is a counter row (name, value, fence) in a Postgres table.
+type PostgresStore struct {
+	pool     *pgxpool.Pool
+	table    string
+	name     string
+	fenced   bool
+	rejected atomic.Uint64
+}
+
+var _ Store = (*PostgresStore)(nil)
+
+// NewPostgres creates the counter name, set to 0 with fence 0, in table
+// (created if missing, DefaultTable if empty) and returns its Store. A counter
+// of that name must not exist yet: counters are per run, never shared.
+func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table, name string, fenced bool) (*PostgresStore, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if !tableName.MatchString(table) {
+		return nil, fmt.Errorf("fencing: table name %q: use lower-case letters, digits and _", table)
+	}
+	s := &PostgresStore{pool: pool, table: pgx.Identifier{table}.Sanitize(), name: name, fenced: fenced}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
+		name  text PRIMARY KEY,
+		value bigint NOT NULL,
+		fence bigint NOT NULL)`); err != nil {
+		var exists bool
+		if err2 := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err2 != nil || !exists {
+			return nil, fmt.Errorf("fencing: create table %s: %w", table, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.table+` (name, value, fence) VALUES ($1, 0, 0)`, name); err != nil {
+		return nil, fmt.Errorf("fencing: create counter %q in %s: %w", name, table, err)
+	}
+	return s, nil
+}
+
+func (s *PostgresStore) Fenced() bool     { return s.fenced }
+func (s *PostgresStore) Rejected() uint64 { return s.rejected.Load() }
+
+func (s *PostgresStore) Read(ctx context.Context) (int64, error) {
+	var v int64
+	err := s.pool.QueryRow(ctx, `SELECT value FROM `+s.table+` WHERE name = $1`, s.name).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("fencing: counter %q is gone from %s", s.name, s.table)
+	}
+	return v, err
+}
+
+func (s *PostgresStore) Write(ctx context.Context, value int64, fence uint64) error {
+	q := `UPDATE ` + s.table + ` SET value = $1, fence = $2 WHERE name = $3`
+	if s.fenced {
+		q += ` AND fence < $2`
+	}
+	tag, err := s.pool.Exec(ctx, q, value, int64(fence), s.name)
+	if err != nil {
+		return fmt.Errorf("fencing: write counter %q: %w", s.name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		if s.fenced {
+			s.rejected.Add(1)
+			return stale(fence)
+		}
+		return fmt.Errorf("fencing: counter %q is gone from %s", s.name, s.table)
+	}
+	return nil
+}
+
+// Close deletes this counter's row (and nothing else).
+func (s *PostgresStore) Close(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM `+s.table+` WHERE name = $1`, s.name)
+	return err
+}

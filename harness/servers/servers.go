@@ -1,0 +1,194 @@
+// Package servers starts the real lock and storage servers the suite runs
+// against, each on free loopback ports in a temporary directory, and stops
+// them, removing their data, on Stop. Child processes get a parent-death
+// signal, so they do not outlive a killed coordinator.
+//
+// Or, instead of starting one, the suite connects to a server the user names
+// (see Env); such servers are never stopped or cleaned by this package.
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Server is a running server.
+type Server interface {
+	// Name is the backend's short name: "redis", "etcd", "consul", "postgres".
+	Name() string
+	// Endpoint is how a client reaches it: host:port, a URL or a DSN, as the
+	// backend's adapter takes it.
+	Endpoint() string
+	// Stop stops the server (if this package started it) and removes its
+	// data. It is idempotent.
+	Stop() error
+}
+
+// Unavailable is the error for a server that could not be started or
+// reached: it names the backend, what went wrong and how to fix it.
+type Unavailable struct {
+	Backend string
+	Err     error
+	Fix     string
+}
+
+func (u *Unavailable) Error() string {
+	return fmt.Sprintf("%s unavailable: %v; fix: %s", u.Backend, u.Err, u.Fix)
+}
+func (u *Unavailable) Unwrap() error { return u.Err }
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ps []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ps = append(ps, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ps, nil
+}
+
+// proc is a child server process with its own directory and log.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	dir  string
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// startProc runs argv with its output in dir/name.log. cred, if not nil, is
+// the user to run as (Postgres refuses to run as root).
+func startProc(name, dir string, cred *syscall.Credential, argv ...string) (*proc, error) {
+	logPath := filepath.Join(dir, name+".log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	if cred != nil {
+		_ = os.Chown(logPath, int(cred.Uid), int(cred.Gid))
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr, cmd.Dir = lf, lf, dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// exited reports whether the process has ended, with its log's tail.
+func (p *proc) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v): %s", p.name, p.err, p.tail())
+	default:
+		return nil
+	}
+}
+
+func (p *proc) tail() string {
+	b, _ := os.ReadFile(p.log)
+	s := strings.TrimSpace(string(b))
+	if len(s) > 600 {
+		s = "…" + s[len(s)-600:]
+	}
+	return s
+}
+
+// stop continues the process group (it may be stopped by a fault), asks it
+// to end with sig, and kills it after grace.
+func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
+	pgid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGCONT)
+	_ = syscall.Kill(-pgid, sig)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-p.done
+	}
+	// Anything left in the group (forked helpers) goes too.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// Pid is the server's process id, for faults that signal it.
+func (p *proc) Pid() int { return p.cmd.Process.Pid }
+
+// waitReady polls check until it succeeds, the process exits, or timeout.
+func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		if err := p.exited(); err != nil {
+			return err
+		}
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		last = check(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %v: %v; log: %s", p.name, timeout, last, p.tail())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func lookPath(bin string, dirs ...string) (string, error) {
+	if p, err := exec.LookPath(bin); err == nil {
+		return p, nil
+	}
+	for _, d := range dirs {
+		matches, _ := filepath.Glob(filepath.Join(d, bin))
+		if len(matches) > 0 {
+			return matches[len(matches)-1], nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in PATH or %s", bin, strings.Join(dirs, ", "))
+}
+
+var errNotStarted = errors.New("not started")
+
+// external is a server the user named; Stop leaves it alone.
+type external struct{ name, endpoint string }
+
+func (e external) Name() string     { return e.name }
+func (e external) Endpoint() string { return e.endpoint }
+func (e external) Stop() error      { return nil }
+
+// External wraps a server the user runs. Stop does nothing.
+func External(name, endpoint string) Server { return external{name, endpoint} }
