@@ -115,3 +115,13 @@ func ExpiryOf(l Locker) (time.Duration, bool) {
 	}
 	return TTLOf(l)
 }
+
+// Freezer is an optional capability for a Locker whose connections the suite
+// cannot put a proxy in front of (suite.Config.Endpoint is empty). Freeze
+// stops all of this Locker's traffic to the lock service, renewals included,
+// as a stalled process or a cut network would, until thaw is called; it must
+// lose nothing that was sent meanwhile. The pause scenarios are skipped for a
+// Locker that neither dials a proxied endpoint nor implements Freezer.
+type Freezer interface {
+	Freeze() (thaw func())
+}

@@ -108,12 +108,18 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		}
 		return fmt.Errorf("consul: acquire %s: %w", l.key, err)
 	}
-	id, _, err := l.c.Session().CreateNoChecks(&api.SessionEntry{
-		Name:      "locksuite " + l.key,
-		TTL:       l.ttl.String(),
-		LockDelay: 0,
-		Behavior:  api.SessionBehaviorRelease,
-	}, (&api.WriteOptions{}).WithContext(ctx))
+	// api.Session().Create omits a zero LockDelay, and the server then applies
+	// its 15 s default: the next holder would wait 15 s after an expiry. Send
+	// "0s" explicitly.
+	var out struct{ ID string }
+	_, err := l.c.Raw().Write("/v1/session/create", map[string]any{
+		"Name":       "locksuite " + l.key,
+		"TTL":        l.ttl.String(),
+		"LockDelay":  "0s",
+		"Behavior":   api.SessionBehaviorRelease,
+		"NodeChecks": []string{},
+	}, &out, (&api.WriteOptions{}).WithContext(ctx))
+	id := out.ID
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -167,9 +173,9 @@ type lease struct {
 	lostOnce sync.Once
 }
 
-func (s *lease) Fence() uint64          { return s.fence }
+func (s *lease) Fence() uint64         { return s.fence }
 func (s *lease) Lost() <-chan struct{} { return s.lost }
-func (s *lease) markLost()              { s.lostOnce.Do(func() { close(s.lost) }) }
+func (s *lease) markLost()             { s.lostOnce.Do(func() { close(s.lost) }) }
 
 // renew renews the session every TTL/2 until stopped, and marks the lease lost
 // when Consul says the session is gone.

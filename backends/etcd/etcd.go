@@ -181,8 +181,8 @@ type lease struct {
 	lostOnce sync.Once
 }
 
-func (s *lease) markLost()              { s.lostOnce.Do(func() { close(s.lost) }) }
-func (s *lease) Fence() uint64          { return uint64(s.rev) }
+func (s *lease) markLost()             { s.lostOnce.Do(func() { close(s.lost) }) }
+func (s *lease) Fence() uint64         { return uint64(s.rev) }
 func (s *lease) Lost() <-chan struct{} { return s.lost }
 
 // Release deletes the key only if it is still this grant's (same create

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,9 @@ type Config struct {
 	// environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
 	// PGSSLMODE, ...), as pgx.ParseConfig reads it.
 	ConnString string
+	// Addr, if set, is a host:port that replaces the connection string's
+	// host and port (the suite points it at a fault proxy).
+	Addr string
 	// Key names the lock; it is hashed (FNV-64a) to the advisory lock's
 	// bigint key. Required.
 	Key string
@@ -77,6 +81,17 @@ func New(cfg Config) (backends.Locker, error) {
 	cc, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", err)
+	}
+	if cfg.Addr != "" {
+		host, port, err := net.SplitHostPort(cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: Addr %q: %w (expected host:port)", cfg.Addr, err)
+		}
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: Addr %q: bad port: %w", cfg.Addr, err)
+		}
+		cc.Host, cc.Port, cc.Fallbacks = host, uint16(p), nil
 	}
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = 3 * time.Second
@@ -173,9 +188,9 @@ type lease struct {
 	released bool
 }
 
-func (s *lease) Fence() uint64          { return s.fence }
+func (s *lease) Fence() uint64         { return s.fence }
 func (s *lease) Lost() <-chan struct{} { return s.lost }
-func (s *lease) markLost()              { s.lostOnce.Do(func() { close(s.lost) }) }
+func (s *lease) markLost()             { s.lostOnce.Do(func() { close(s.lost) }) }
 
 // keepAlive sends a query every lease/3 so the session is never idle for
 // the timeout while the holder's process runs.

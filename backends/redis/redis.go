@@ -30,7 +30,9 @@ type Config struct {
 	// URL is a redis:// or rediss:// URL (as in REDIS_URL); used when Client
 	// is nil. It takes precedence over Addr.
 	URL string
-	// Addr is host:port; used when Client and URL are empty.
+	// Addr is host:port; used when Client and URL are empty, and replacing
+	// the URL's host and port when both are set (the suite points it at a
+	// fault proxy).
 	Addr string
 	// Key names the lock. The fencing counter lives at Key+":fence".
 	// Required.
@@ -96,6 +98,9 @@ func New(cfg Config) (backends.Locker, error) {
 				return nil, fmt.Errorf("redis: bad URL: %w (expected redis://[user:password@]host:port/db)", err)
 			}
 			opts = o
+			if cfg.Addr != "" {
+				opts.Addr = cfg.Addr
+			}
 		case cfg.Addr != "":
 			opts = &goredis.Options{Addr: cfg.Addr}
 		default:

@@ -1,0 +1,103 @@
+// Package load drives clients through critical sections: acquire, read the
+// counter, work, write the counter + 1, release. It records every section in
+// a history.Recorder and judges nothing; the checker does that.
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/history"
+)
+
+// Increment runs one critical section of client id: it acquires l, reads s,
+// waits work (the critical section's work, or a pause the caller injects
+// through beforeWrite), writes read+1 with the lease's fence, and releases.
+// beforeWrite, if not nil, runs between the read and the write.
+//
+// On a stale write (fencing.ErrStale) the section is recorded as Rejected and
+// Increment returns fencing.ErrStale: the caller must acquire, read and
+// compute again, never replay the value.
+func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, rec *history.Recorder, work time.Duration, beforeWrite func(context.Context)) error {
+	lease, err := l.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	sec := history.Section{Client: id, Start: rec.Now(), Fence: lease.Fence(), Outcome: history.Aborted}
+	defer func() {
+		if sec.End == 0 {
+			sec.End = rec.Now()
+		}
+		rec.Add(sec)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = lease.Release(rctx)
+	}()
+	v, err := s.Read(ctx)
+	if err != nil {
+		return fmt.Errorf("client %d: read: %w", id, err)
+	}
+	sec.Read = v
+	if work > 0 {
+		select {
+		case <-time.After(work):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if beforeWrite != nil {
+		beforeWrite(ctx)
+	}
+	sec.Wrote = v + 1
+	// The write is the one step that must not be cut short by the run's
+	// end: a write abandoned mid-flight would be ambiguous.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err = s.Write(wctx, v+1, lease.Fence())
+	sec.End = rec.Now()
+	switch {
+	case err == nil:
+		sec.Outcome = history.Accepted
+	case errors.Is(err, fencing.ErrStale):
+		sec.Outcome = history.Rejected
+		return fencing.ErrStale
+	default:
+		sec.Outcome = history.Failed
+		return fmt.Errorf("client %d: write: %w", id, err)
+	}
+	return nil
+}
+
+// Run makes each Locker a client that increments in a loop until ctx is done
+// or d has passed, whichever is first. A stale write is followed by a fresh
+// section (re-acquire, re-read). It returns the first error other than the
+// run ending and stale writes.
+func Run(ctx context.Context, lockers []backends.Locker, s fencing.Store, rec *history.Recorder, work, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for id, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				err := Increment(ctx, id, l, s, rec, work, nil)
+				if err != nil && !errors.Is(err, fencing.ErrStale) && ctx.Err() == nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}

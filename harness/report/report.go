@@ -1,0 +1,92 @@
+// Package report turns results into what people read: one Row per backend,
+// fencing mode and scenario, printed as a table or written as JSON.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"text/tabwriter"
+)
+
+// Verdicts a Row can carry: the checker's three, and skipped.
+const (
+	Kept    = "kept"
+	Broken  = "broken"
+	Unknown = "unknown"
+	Skipped = "skipped"
+)
+
+// Row is one result. Its JSON form is the CLI's --json output.
+type Row struct {
+	Backend    string `json:"backend"`
+	Fencing    bool   `json:"fencing"`
+	Scenario   string `json:"scenario"`
+	Writes     int    `json:"writes"`
+	Counter    int64  `json:"counter"`
+	Lost       int64  `json:"lost"`
+	Overlaps   int    `json:"overlaps"`
+	Rejected   int    `json:"rejected"`
+	Verdict    string `json:"verdict"`
+	LeaseMS    int64  `json:"lease_ms"`
+	DurationMS int64  `json:"duration_ms"`
+	Reason     string `json:"reason"`
+	// Expected is the verdict the spec asserted, when it asserted one:
+	// "kept", or "broken" for a control or an unfenced run documenting that
+	// a lease alone is unsafe. Empty for skipped rows.
+	Expected string `json:"expected,omitempty"`
+}
+
+// Sort orders rows by backend, fencing (off first), then scenario.
+func Sort(rows []Row) {
+	sort.SliceStable(rows, func(i, j int) bool {
+		a, b := rows[i], rows[j]
+		if a.Backend != b.Backend {
+			return a.Backend < b.Backend
+		}
+		if a.Fencing != b.Fencing {
+			return !a.Fencing
+		}
+		return a.Scenario < b.Scenario
+	})
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// WriteTable prints rows as an aligned table.
+func WriteTable(w io.Writer, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKEND\tFENCING\tSCENARIO\tWRITES\tCOUNTER\tLOST\tOVERLAPS\tREJECTED\tLEASE\tTIME\tVERDICT")
+	for _, r := range rows {
+		verdict := r.Verdict
+		if r.Reason != "" && r.Verdict != Kept {
+			verdict += ": " + r.Reason
+		}
+		if r.Verdict == Skipped {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", r.Backend, onOff(r.Fencing), r.Scenario, verdict)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%dms\t%dms\t%s\n", r.Backend, onOff(r.Fencing), r.Scenario,
+			r.Writes, r.Counter, r.Lost, r.Overlaps, r.Rejected, r.LeaseMS, r.DurationMS, verdict)
+	}
+	return tw.Flush()
+}
+
+// WriteJSON writes rows as an indented JSON array to path.
+func WriteJSON(path string, rows []Row) error {
+	if rows == nil {
+		rows = []Row{}
+	}
+	b, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,119 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/report"
+)
+
+// Client is what NewLocker is told about the client it makes.
+type Client struct {
+	// ID numbers the clients of one scenario from 0.
+	ID int
+	// Key is the lock's name, unique to this scenario run and prefixed with
+	// Config.Prefix. Every client of a scenario gets the same Key.
+	Key string
+	// Endpoint is the address this client must dial for the lock service:
+	// its own fault proxy in front of Config.Endpoint, or Config.Endpoint
+	// itself when the scenario needs no proxy. Empty when Config.Endpoint is.
+	Endpoint string
+	// Lease is Config.Lease: the lease or TTL to ask the lock service for.
+	Lease time.Duration
+	_     struct{}
+}
+
+// Config says what to test. Make one with NewConfig, then set at least Name,
+// NewLocker and NewStore.
+type Config struct {
+	// Name is the backend's short name, used in spec text, labels and
+	// results ("redis"). Required.
+	Name string
+	// NewLocker makes one client's Locker. The suite calls it once per
+	// simulated process and closes every Locker it made. Required.
+	NewLocker func(ctx context.Context, c Client) (backends.Locker, error)
+	// Endpoint is the lock service's host:port. When set, every client dials
+	// its own fault proxy in front of it (Client.Endpoint), which the pause
+	// scenarios freeze to stall a holder together with its renewals. When
+	// empty, those scenarios need a Locker that implements
+	// backends.Freezer, and are skipped otherwise. Default empty.
+	Endpoint string
+	// NewStore makes the protected counter, named name, starting at 0; fenced
+	// says whether its writes compare fences. name is unique to the run.
+	// Required.
+	NewStore func(ctx context.Context, name string, fenced bool) (fencing.Store, error)
+	// Lease is passed to NewLocker as Client.Lease. Default 500ms, the
+	// reference guide's.
+	Lease time.Duration
+	// Fenced says whether the store checks fencing tokens. Default false.
+	Fenced bool
+	// ExpectLoss makes the pause scenarios assert that updates ARE lost, to
+	// document that this lock without fencing is unsafe (a spec then fails
+	// if the lock comes out kept). The baseline always asserts that nothing
+	// is lost, and the control always that the harness catches a broken
+	// lock. Default false: every scenario asserts the invariant.
+	ExpectLoss bool
+	// Clients is the number of concurrent clients in the baseline and the
+	// control. Default 3, as in the guide.
+	Clients int
+	// Duration is how long the baseline and the control run. Default 2s.
+	Duration time.Duration
+	// Work is the time each critical section spends between its read and its
+	// write. Default 20ms, as in the guide.
+	Work time.Duration
+	// StallTimeout bounds how long a pause scenario keeps a holder stalled
+	// waiting for a second client to get the lock. If the lease has not
+	// expired by then, the stalled holder is resumed and the lock is judged
+	// by the counter as usual (a lock that never expires is safe, and
+	// blocks). Default 3 × the Locker's expiry (backends.ExpiryOf) + 2s,
+	// or 30s when the Locker declares none.
+	StallTimeout time.Duration
+	// Prefix starts every key, counter and lock name the suite makes, so
+	// that it touches nothing else on a shared server. Default "locksuite".
+	Prefix string
+	// Report, if not nil, is called with every result, including skipped
+	// ones. Results are also attached to the Ginkgo report as entries named
+	// "locksuite".
+	Report func(report.Row)
+	_      struct{}
+}
+
+// NewConfig returns a Config with the documented defaults.
+func NewConfig() Config {
+	return Config{
+		Lease:    500 * time.Millisecond,
+		Clients:  3,
+		Duration: 2 * time.Second,
+		Work:     20 * time.Millisecond,
+		Prefix:   "locksuite",
+	}
+}
+
+// Validate reports the first problem with c, naming the field and the fix.
+func (c *Config) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("suite: Config.Name is empty: name the backend, e.g. \"redis\"")
+	case c.NewLocker == nil:
+		return fmt.Errorf("suite: %s: Config.NewLocker is nil: give a function that makes one client's Locker", c.Name)
+	case c.NewStore == nil:
+		return fmt.Errorf("suite: %s: Config.NewStore is nil: give the counter store (fencing.NewPostgres or fencing.NewEtcd)", c.Name)
+	case c.Lease <= 0:
+		return fmt.Errorf("suite: %s: Config.Lease is %v: it must be positive (NewConfig sets 500ms)", c.Name, c.Lease)
+	case c.Clients < 2:
+		return fmt.Errorf("suite: %s: Config.Clients is %d: at least 2 clients are needed to contend", c.Name, c.Clients)
+	case c.Duration <= 0:
+		return fmt.Errorf("suite: %s: Config.Duration is %v: it must be positive (NewConfig sets 2s)", c.Name, c.Duration)
+	case c.Work < 0:
+		return fmt.Errorf("suite: %s: Config.Work is %v: it must not be negative", c.Name, c.Work)
+	case c.StallTimeout < 0:
+		return fmt.Errorf("suite: %s: Config.StallTimeout is %v: it must not be negative (0 means the default)", c.Name, c.StallTimeout)
+	case c.Prefix == "":
+		return fmt.Errorf("suite: %s: Config.Prefix is empty: the suite names everything it makes with it (NewConfig sets \"locksuite\")", c.Name)
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+// Package local gives the suite its four backends on this machine: it starts
+// each server itself (harness/servers), or connects to one the user names
+// with the ecosystem's own environment variables, and builds a suite.Config
+// for each.
+//
+//	REDIS_URL          redis://[user:password@]host:port/db   a Redis server
+//	DATABASE_URL, PG*  a Postgres server (libpq's variables)   lock and counter store
+//	CONSUL_HTTP_ADDR   host:port of a Consul agent             (CONSUL_HTTP_TOKEN too)
+//	ETCDCTL_ENDPOINTS  comma-separated host:port of etcd       lock, and counter store without Postgres
+//
+// A named server is used as it is and never stopped; everything the suite
+// makes there is under suite.Config.Prefix.
+package local
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/consul"
+	"github.com/locksuite/locksuite/backends/etcd"
+	"github.com/locksuite/locksuite/backends/postgres"
+	"github.com/locksuite/locksuite/backends/redis"
+	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// Names are the backends this package can provide, in report order.
+var Names = []string{"consul", "etcd", "postgres", "redis"}
+
+// Leases are the default leases per backend: short, so that the pause
+// scenarios take well under a second where the server allows it. etcd grants
+// whole seconds and its harness server's floor is 1s.
+var Leases = map[string]time.Duration{
+	"redis":    200 * time.Millisecond,
+	"postgres": 200 * time.Millisecond,
+	"consul":   200 * time.Millisecond,
+	"etcd":     time.Second,
+}
+
+// Env is a set of running or named backends. Close stops what it started.
+type Env struct {
+	servers []servers.Server
+	// endpoint per backend: host:port (redis, consul, etcd) or DSN (postgres).
+	endpoint map[string]string
+	// Unavailable holds, per backend that could not be started or reached,
+	// an error naming it and the fix.
+	Unavailable map[string]error
+	// Store names the counter store in use: "postgres" or "etcd".
+	Store string
+	pool  *pgxpool.Pool
+	etcd  *clientv3.Client
+}
+
+// Start provides each named backend, and the counter store: Postgres if it
+// is among names (or named by DATABASE_URL/PG*), else etcd, which is always
+// available embedded. A backend that cannot be had is recorded in
+// Unavailable, not returned as an error; the error is for the store.
+func Start(ctx context.Context, names []string) (*Env, error) {
+	e := &Env{endpoint: map[string]string{}, Unavailable: map[string]error{}}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	if want["postgres"] {
+		e.provide(ctx, "postgres")
+	}
+	if !want["etcd"] && e.endpoint["postgres"] == "" {
+		want["etcd"] = true // the store without Postgres
+	}
+	for _, n := range Names {
+		if want[n] && n != "postgres" {
+			e.provide(ctx, n)
+		}
+	}
+	if dsn := e.endpoint["postgres"]; dsn != "" {
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("local: counter store on postgres: %w", err)
+		}
+		e.pool, e.Store = pool, "postgres"
+	} else if ep := e.endpoint["etcd"]; ep != "" {
+		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(ep, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("local: counter store on etcd: %w", err)
+		}
+		e.etcd, e.Store = c, "etcd"
+	} else {
+		err := e.Unavailable["etcd"]
+		e.Close()
+		return nil, fmt.Errorf("local: no counter store: %v", err)
+	}
+	return e, nil
+}
+
+// provide starts backend n or connects to the one the environment names.
+func (e *Env) provide(ctx context.Context, n string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var (
+		s   servers.Server
+		err error
+	)
+	if ext := fromEnv(n); ext != "" {
+		s = servers.External(n, ext)
+		err = probe(ctx, n, ext)
+	} else {
+		switch n {
+		case "redis":
+			s, err = servers.StartRedis(ctx)
+		case "postgres":
+			s, err = servers.StartPostgres(ctx)
+		case "consul":
+			s, err = servers.StartConsul(ctx)
+		case "etcd":
+			s, err = servers.StartEtcd(ctx)
+		default:
+			err = fmt.Errorf("unknown backend %q: choose from %s", n, strings.Join(Names, ", "))
+		}
+	}
+	if err != nil {
+		e.Unavailable[n] = err
+		return
+	}
+	e.servers = append(e.servers, s)
+	e.endpoint[n] = s.Endpoint()
+}
+
+// fromEnv returns the endpoint the environment names for n, or "".
+func fromEnv(n string) string {
+	switch n {
+	case "redis":
+		return os.Getenv("REDIS_URL")
+	case "postgres":
+		if u := os.Getenv("DATABASE_URL"); u != "" {
+			return u
+		}
+		if os.Getenv("PGHOST") != "" {
+			return " " // libpq's variables: pgx reads them from an empty DSN
+		}
+	case "consul":
+		return os.Getenv("CONSUL_HTTP_ADDR")
+	case "etcd":
+		return os.Getenv("ETCDCTL_ENDPOINTS")
+	}
+	return ""
+}
+
+// probe checks within ctx that a named server answers, so that a wrong
+// address is reported at once with the variable to fix.
+func probe(ctx context.Context, n, ep string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var err error
+	switch n {
+	case "redis":
+		var o *goredis.Options
+		if o, err = goredis.ParseURL(ep); err == nil {
+			c := goredis.NewClient(o)
+			err = c.Ping(ctx).Err()
+			c.Close()
+		}
+		if err != nil {
+			return &servers.Unavailable{Backend: n, Err: err, Fix: "check REDIS_URL (redis://[user:password@]host:port/db), or unset it to let the harness start redis-server"}
+		}
+	case "postgres":
+		var p *pgxpool.Pool
+		if p, err = pgxpool.New(ctx, strings.TrimSpace(ep)); err == nil {
+			err = p.Ping(ctx)
+			p.Close()
+		}
+		if err != nil {
+			return &servers.Unavailable{Backend: n, Err: err, Fix: "check DATABASE_URL or the PG* variables, or unset them to let the harness make a throwaway cluster"}
+		}
+	case "consul":
+		ac := consulapi.DefaultConfig()
+		ac.Address = ep
+		var c *consulapi.Client
+		if c, err = consulapi.NewClient(ac); err == nil {
+			_, err = c.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx))
+		}
+		if err != nil {
+			return &servers.Unavailable{Backend: n, Err: err, Fix: "check CONSUL_HTTP_ADDR (host:port of an agent), or unset it to let the harness start one"}
+		}
+	case "etcd":
+		var c *clientv3.Client
+		if c, err = clientv3.New(clientv3.Config{Endpoints: strings.Split(ep, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop()}); err == nil {
+			_, err = c.Status(ctx, strings.Split(ep, ",")[0])
+			c.Close()
+		}
+		if err != nil {
+			return &servers.Unavailable{Backend: n, Err: err, Fix: "check ETCDCTL_ENDPOINTS (host:port,...), or unset it to use the embedded server"}
+		}
+	}
+	return nil
+}
+
+// Available reports whether backend n is running or reachable.
+func (e *Env) Available(n string) bool { return e.endpoint[n] != "" }
+
+// Config returns the suite configuration for backend n, which must be
+// Available, with the given fencing mode and the default lease for n.
+func (e *Env) Config(n string, fenced bool) suite.Config {
+	cfg := suite.NewConfig()
+	cfg.Name, cfg.Fenced, cfg.Lease = n, fenced, Leases[n]
+	ep := e.endpoint[n]
+	cfg.Endpoint = hostPort(n, ep)
+	cfg.NewStore = e.newStore
+	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
+		switch n {
+		case "redis":
+			if strings.Contains(ep, "://") {
+				return redis.New(redis.Config{URL: ep, Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
+			}
+			return redis.New(redis.Config{Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
+		case "postgres":
+			return postgres.New(postgres.Config{ConnString: strings.TrimSpace(ep), Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
+		case "consul":
+			return consul.New(consul.Config{Address: c.Endpoint, Key: c.Key, TTL: c.Lease})
+		case "etcd":
+			return etcd.New(etcd.Config{Endpoints: []string{c.Endpoint}, Key: c.Key, TTL: c.Lease})
+		}
+		return nil, fmt.Errorf("local: unknown backend %q", n)
+	}
+	return cfg
+}
+
+func (e *Env) newStore(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
+	if e.pool != nil {
+		return fencing.NewPostgres(ctx, e.pool, "", name, fenced)
+	}
+	return fencing.NewEtcd(ctx, e.etcd, name, fenced)
+}
+
+// hostPort extracts the host:port a fault proxy forwards to.
+func hostPort(n, ep string) string {
+	ep = strings.TrimSpace(ep)
+	switch n {
+	case "etcd":
+		ep = strings.Split(ep, ",")[0]
+		ep = strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
+	case "consul":
+		ep = strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
+	case "redis", "postgres":
+		if strings.Contains(ep, "://") {
+			if u, err := url.Parse(ep); err == nil {
+				ep = u.Host
+			}
+		} else if n == "postgres" {
+			h, p := os.Getenv("PGHOST"), os.Getenv("PGPORT")
+			if p == "" {
+				p = "5432"
+			}
+			ep = net.JoinHostPort(h, p)
+		}
+	}
+	return ep
+}
+
+// Close stops the servers Start started and closes its connections.
+func (e *Env) Close() {
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	if e.etcd != nil {
+		e.etcd.Close()
+	}
+	for i := len(e.servers) - 1; i >= 0; i-- {
+		_ = e.servers[i].Stop()
+	}
+}

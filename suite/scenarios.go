@@ -1,0 +1,315 @@
+package suite
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/checker"
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/history"
+	"github.com/locksuite/locksuite/harness/load"
+	"github.com/locksuite/locksuite/harness/report"
+)
+
+// Scenario names, as used in labels, results and the CLI's --scenarios.
+const (
+	Baseline           = "baseline"
+	Control            = "control"
+	DeterministicPause = "deterministic-pause"
+)
+
+// Scenarios lists the scenario names in the order the suite defines them.
+var Scenarios = []string{Baseline, Control, DeterministicPause}
+
+// skipError is returned by a scenario that cannot run against this Locker.
+type skipError struct{ reason string }
+
+func (s *skipError) Error() string { return s.reason }
+
+// run is one scenario's resources; close releases all of them.
+type run struct {
+	cfg     Config
+	key     string
+	lockers []backends.Locker
+	proxies []*faults.Proxy
+	stores  []fencing.Store
+}
+
+var runSeq atomic.Int64
+
+func newRunID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// newRun names a fresh lock and counter for one scenario of cfg.
+func newRun(cfg Config, runID, scenario string) *run {
+	f := "unfenced"
+	if cfg.Fenced {
+		f = "fenced"
+	}
+	return &run{cfg: cfg, key: fmt.Sprintf("%s/%s/%s/%s/%s-%d", cfg.Prefix, runID, cfg.Name, f, scenario, runSeq.Add(1))}
+}
+
+// clients makes n Lockers; with proxied, each dials its own proxy.
+func (r *run) clients(ctx context.Context, n int, proxied bool) error {
+	for id := range n {
+		ep := r.cfg.Endpoint
+		if proxied && ep != "" {
+			p, err := faults.NewProxy(ep)
+			if err != nil {
+				return err
+			}
+			r.proxies = append(r.proxies, p)
+			ep = p.Addr()
+		} else {
+			r.proxies = append(r.proxies, nil)
+		}
+		l, err := r.cfg.NewLocker(ctx, Client{ID: id, Key: r.key, Endpoint: ep, Lease: r.cfg.Lease})
+		if err != nil {
+			return fmt.Errorf("suite: %s: NewLocker for client %d: %w", r.cfg.Name, id, err)
+		}
+		r.lockers = append(r.lockers, l)
+	}
+	return nil
+}
+
+func (r *run) store(ctx context.Context, fenced bool) (fencing.Store, error) {
+	s, err := r.cfg.NewStore(ctx, r.key, fenced)
+	if err != nil {
+		return nil, fmt.Errorf("suite: %s: NewStore: %w", r.cfg.Name, err)
+	}
+	r.stores = append(r.stores, s)
+	return s, nil
+}
+
+func (r *run) close() {
+	for _, p := range r.proxies {
+		if p != nil {
+			p.Thaw()
+		}
+	}
+	for _, l := range r.lockers {
+		_ = l.Close()
+	}
+	for _, p := range r.proxies {
+		if p != nil {
+			_ = p.Close()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range r.stores {
+		_ = s.Close(ctx)
+	}
+}
+
+// row fills the result's identity and figures.
+func (r *run) row(scenario string, res checker.Result, fenced bool, d time.Duration) report.Row {
+	lease := r.cfg.Lease
+	if len(r.lockers) > 0 {
+		if t, ok := backends.TTLOf(r.lockers[0]); ok {
+			lease = t
+		}
+	}
+	return report.Row{
+		Backend: r.cfg.Name, Fencing: fenced, Scenario: scenario,
+		Writes: res.Writes, Counter: res.Counter, Lost: res.Lost, Overlaps: res.Overlaps, Rejected: res.Rejected,
+		Verdict: res.Verdict.String(), Reason: res.Reason, LeaseMS: lease.Milliseconds(), DurationMS: d.Milliseconds(),
+	}
+}
+
+// requireFence skips a fenced scenario for a Locker that gives no token.
+func requireFence(ctx context.Context, cfg Config, l backends.Locker) error {
+	if !cfg.Fenced {
+		return nil
+	}
+	lease, err := l.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("suite: %s: probe acquire: %w", cfg.Name, err)
+	}
+	defer lease.Release(context.WithoutCancel(ctx))
+	if lease.Fence() == 0 {
+		return &skipError{"the backend gives no fencing token (Lease.Fence() is 0)"}
+	}
+	return nil
+}
+
+// finish reads the final counter and judges the history.
+func finish(ctx context.Context, s fencing.Store, rec *history.Recorder) checker.Result {
+	counter, err := s.Read(ctx)
+	if err != nil {
+		return checker.Result{Verdict: checker.Unknown, Reason: fmt.Sprintf("reading the final counter: %v", err)}
+	}
+	res := checker.Check(rec.Sections(), counter)
+	res.Rejected = int(s.Rejected())
+	return res
+}
+
+// runBaseline: Clients clients increment for Duration with no faults. The
+// invariant must hold and no accepted sections may overlap: otherwise the
+// harness is measuring itself.
+func runBaseline(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+	r := newRun(cfg, runID, Baseline)
+	defer r.close()
+	if err := r.clients(ctx, cfg.Clients, false); err != nil {
+		return report.Row{}, err
+	}
+	if err := requireFence(ctx, cfg, r.lockers[0]); err != nil {
+		return report.Row{}, err
+	}
+	s, err := r.store(ctx, cfg.Fenced)
+	if err != nil {
+		return report.Row{}, err
+	}
+	rec := history.NewRecorder()
+	t0 := time.Now()
+	if err := load.Run(ctx, r.lockers, s, rec, cfg.Work, cfg.Duration); err != nil {
+		return report.Row{}, err
+	}
+	return r.row(Baseline, finish(ctx, s, rec), cfg.Fenced, time.Since(t0)), nil
+}
+
+// alwaysGrant is the control: a "lock" that grants every Acquire at once,
+// like SET without NX. It gives no fence.
+type alwaysGrant struct{}
+
+func (alwaysGrant) Acquire(ctx context.Context) (backends.Lease, error) { return grant{}, ctx.Err() }
+func (alwaysGrant) Close() error                                        { return nil }
+
+type grant struct{}
+
+func (grant) Fence() uint64                 { return 0 }
+func (grant) Release(context.Context) error { return nil }
+
+// runControl runs the baseline's load with a lock that always grants, on an
+// unfenced counter of the backend's store: the checker must call it broken.
+func runControl(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+	if cfg.Fenced {
+		return report.Row{}, &skipError{"the control runs with fencing off: fencing rescues even a lock that always grants"}
+	}
+	r := newRun(cfg, runID, Control)
+	defer r.close()
+	lockers := make([]backends.Locker, cfg.Clients)
+	for i := range lockers {
+		lockers[i] = alwaysGrant{}
+	}
+	s, err := r.store(ctx, false)
+	if err != nil {
+		return report.Row{}, err
+	}
+	rec := history.NewRecorder()
+	t0 := time.Now()
+	work := max(cfg.Work, time.Millisecond)
+	if err := load.Run(ctx, lockers, s, rec, work, cfg.Duration); err != nil {
+		return report.Row{}, err
+	}
+	row := r.row(Control, finish(ctx, s, rec), false, time.Since(t0))
+	row.LeaseMS = 0
+	return row, nil
+}
+
+// stallTimeout is how long a stalled holder waits for the second client.
+func stallTimeout(cfg Config, l backends.Locker) time.Duration {
+	if cfg.StallTimeout > 0 {
+		return cfg.StallTimeout
+	}
+	if e, ok := backends.ExpiryOf(l); ok {
+		return 3*e + 2*time.Second
+	}
+	return 30 * time.Second
+}
+
+// freezer returns how to stall client i with its renewals: its proxy, or the
+// Locker's own Freezer.
+func (r *run) freezer(i int) (freeze func() (thaw func()), ok bool) {
+	if p := r.proxies[i]; p != nil {
+		return func() func() { p.Freeze(); return p.Thaw }, true
+	}
+	if f, ok := r.lockers[i].(backends.Freezer); ok {
+		return f.Freeze, true
+	}
+	return nil, false
+}
+
+// runDeterministicPause is the guide's deterministic test. Holder A acquires
+// and reads, then stalls: its connections to the lock service freeze, so its
+// renewals stop as in a GC or VM stall. B's Acquire returning is the signal
+// that A's lease is gone; B reads and writes. Then A resumes and writes the
+// value it read before the stall. Unfenced, B's update is lost; fenced, the
+// store rejects A's write.
+func runDeterministicPause(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+	r := newRun(cfg, runID, DeterministicPause)
+	defer r.close()
+	if err := r.clients(ctx, 2, true); err != nil {
+		return report.Row{}, err
+	}
+	freeze, ok := r.freezer(0)
+	if !ok {
+		return report.Row{}, &skipError{"cannot stall a holder: set Config.Endpoint so clients dial a fault proxy, or implement backends.Freezer"}
+	}
+	a, b := r.lockers[0], r.lockers[1]
+	s, err := r.store(ctx, cfg.Fenced)
+	if err != nil {
+		return report.Row{}, err
+	}
+	rec := history.NewRecorder()
+	t0 := time.Now()
+	var (
+		wg      sync.WaitGroup
+		errB    error
+		timeout = stallTimeout(cfg, a)
+	)
+	errA := load.Increment(ctx, 0, a, s, rec, 0, func(ctx context.Context) {
+		thaw := freeze()
+		defer thaw()
+		bctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errB = load.Increment(bctx, 1, b, s, rec, 0, nil)
+		}()
+		// Wait for B's section to end, or the stall bound to pass: a
+		// lease that never expires keeps B out, which is safe.
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-bctx.Done():
+		}
+	})
+	wg.Wait()
+	d := time.Since(t0)
+	if errA != nil && !errors.Is(errA, fencing.ErrStale) {
+		return report.Row{}, fmt.Errorf("holder A: %w", errA)
+	}
+	secs := rec.Sections()
+	if cfg.Fenced && len(secs) > 0 && secs[0].Fence == 0 {
+		return report.Row{}, &skipError{"the backend gives no fencing token (Lease.Fence() is 0)"}
+	}
+	if errB != nil && !errors.Is(errB, context.DeadlineExceeded) {
+		return report.Row{}, fmt.Errorf("holder B: %w", errB)
+	}
+	res := finish(ctx, s, rec)
+	if errB != nil { // B never got in: the lease outlived the stall bound
+		// B gets its turn now that A released, so the counter shows both.
+		if err := load.Increment(ctx, 1, b, s, rec, 0, nil); err != nil && !errors.Is(err, fencing.ErrStale) {
+			return report.Row{}, fmt.Errorf("holder B after the stall: %w", err)
+		}
+		res = finish(ctx, s, rec)
+		if res.Verdict == checker.Kept {
+			res.Reason = fmt.Sprintf("the lease did not expire within the %v stall: B waited", timeout)
+		}
+	}
+	return r.row(DeterministicPause, res, cfg.Fenced, d), nil
+}

@@ -1,0 +1,112 @@
+// Package suite is locksuite's conformance suite: Ginkgo v2 specs that tell
+// whether a distributed lock keeps the data it protects safe when its holder
+// pauses past its lease. The specs are written once against
+// backends.Locker; a Config names the Locker, the protected counter, the
+// lease and whether the counter checks fencing tokens.
+//
+// Two entry points, as in csi-sanity:
+//
+//   - Test(t, cfg) registers the specs for cfg and runs them: one call in a
+//     lock library's own go test.
+//   - GinkgoTest(&cfg) only registers them, inside an existing Ginkgo suite;
+//     the suite reads *cfg when each spec runs, so a BeforeEach may change it.
+//
+// Every spec checks the counter invariant (each acknowledged write is in the
+// counter exactly once), not that a lock was acquired. Labels: the backend's
+// Name, "fenced" or "unfenced", and the scenario (Scenarios).
+package suite
+
+import (
+	"errors"
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/locksuite/locksuite/harness/report"
+)
+
+// Test registers the specs for each cfg and runs them as one Ginkgo suite
+// (ginkgo allows one RunSpecs per test binary: pass every Config here). t is
+// a *testing.T, or any ginkgo.GinkgoTestingT. It reports whether all specs
+// passed.
+func Test(t GinkgoTestingT, cfgs ...Config) bool {
+	for i := range cfgs {
+		GinkgoTest(&cfgs[i])
+	}
+	RegisterFailHandler(Fail)
+	return RunSpecs(t, "locksuite")
+}
+
+// GinkgoTest registers the specs for *cfg in the current Ginkgo suite
+// without running them. It may be called several times, for several
+// backends or fencing modes, before one RunSpecs.
+func GinkgoTest(cfg *Config) {
+	runID := newRunID()
+	fenced := "unfenced"
+	if cfg.Fenced {
+		fenced = "fenced"
+	}
+	Describe(fmt.Sprintf("%s lock, %s", cfg.Name, fenced), Label(cfg.Name, fenced), func() {
+		var c Config
+		BeforeEach(func() {
+			c = *cfg
+			Expect(c.Validate()).To(Succeed())
+		})
+		// record reports a row, attaches it to the Ginkgo report, and skips
+		// or fails by the scenario's outcome.
+		record := func(scenario string, row report.Row, err error) report.Row {
+			GinkgoHelper()
+			var skip *skipError
+			if errors.As(err, &skip) {
+				row = report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: scenario, Verdict: report.Skipped,
+					Reason: skip.reason, LeaseMS: c.Lease.Milliseconds()}
+				publish(c, row)
+				Skip(skip.reason)
+			}
+			Expect(err).NotTo(HaveOccurred())
+			return row
+		}
+
+		It("keeps the counter equal to the acknowledged writes with no faults", Label(Baseline), func(ctx SpecContext) {
+			row, err := runBaseline(ctx, c, runID)
+			row = record(Baseline, row, err)
+			row.Expected = report.Kept
+			publish(c, row)
+			Expect(row.Writes).To(BeNumerically(">", 0), "no client wrote anything in %v", c.Duration)
+			Expect(row.Verdict).To(Equal(report.Kept), "with no faults: %s", row.Reason)
+		}, SpecTimeout(specTimeout))
+
+		It("catches a lock that grants to everyone (the harness's own control)", Label(Control), func(ctx SpecContext) {
+			row, err := runControl(ctx, c, runID)
+			row = record(Control, row, err)
+			row.Expected = report.Broken
+			publish(c, row)
+			Expect(row.Verdict).To(Equal(report.Broken),
+				"a lock that always grants came out %s (%d writes, counter %d): the harness cannot see lost updates", row.Verdict, row.Writes, row.Counter)
+		}, SpecTimeout(specTimeout))
+
+		It("does not lose an update when a holder stalls past its lease", Label(DeterministicPause), func(ctx SpecContext) {
+			row, err := runDeterministicPause(ctx, c, runID)
+			row = record(DeterministicPause, row, err)
+			if c.ExpectLoss {
+				row.Expected = report.Broken
+				publish(c, row)
+				Expect(row.Verdict).To(Equal(report.Broken), "ExpectLoss is set, but the stalled holder lost no update: %d writes, counter %d (%s)", row.Writes, row.Counter, row.Reason)
+				return
+			}
+			row.Expected = report.Kept
+			publish(c, row)
+			Expect(row.Verdict).To(Equal(report.Kept), row.Reason)
+		}, SpecTimeout(specTimeout))
+	})
+}
+
+const specTimeout = 5 * 60e9 // 5 minutes: a bound for a hung server, not a target
+
+func publish(c Config, row report.Row) {
+	AddReportEntry("locksuite", row)
+	if c.Report != nil {
+		c.Report(row)
+	}
+}

@@ -1,0 +1,37 @@
+package suite_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/locksuite/locksuite/suite"
+	"github.com/locksuite/locksuite/suite/local"
+)
+
+// TestSuite runs every spec on the four real backends, which the harness
+// starts itself (or takes from REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR,
+// ETCDCTL_ENDPOINTS). Unfenced, the pause scenarios must lose an update on
+// every backend (ExpectLoss): a lease alone does not protect a stalled
+// holder's write. Fenced, they must lose none.
+func TestSuite(t *testing.T) {
+	env, err := local.Start(context.Background(), local.Names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	for n, err := range env.Unavailable {
+		t.Errorf("%s: %v", n, err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	var cfgs []suite.Config
+	for _, n := range local.Names {
+		for _, fenced := range []bool{false, true} {
+			cfg := env.Config(n, fenced)
+			cfg.ExpectLoss = !fenced
+			cfgs = append(cfgs, cfg)
+		}
+	}
+	suite.Test(t, cfgs...)
+}
