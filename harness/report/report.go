@@ -90,3 +90,53 @@ func WriteJSON(path string, rows []Row) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
+
+// WriteSummary prints one line per backend, fencing mode and scenario, with
+// how many runs came out each way, for repeated runs.
+func WriteSummary(w io.Writer, rows []Row) error {
+	type key struct {
+		backend  string
+		fencing  bool
+		scenario string
+	}
+	type agg struct {
+		runs, kept, broken, unknown, skipped int
+		lost                                 int64
+		maxMS                                int64
+		reason                               string
+	}
+	var order []key
+	m := map[key]*agg{}
+	for _, r := range rows {
+		k := key{r.Backend, r.Fencing, r.Scenario}
+		a := m[k]
+		if a == nil {
+			a = &agg{}
+			m[k] = a
+			order = append(order, k)
+		}
+		a.runs++
+		switch r.Verdict {
+		case Kept:
+			a.kept++
+		case Broken:
+			a.broken++
+		case Skipped:
+			a.skipped++
+			a.reason = r.Reason
+		default:
+			a.unknown++
+			a.reason = r.Reason
+		}
+		a.lost += r.Lost
+		a.maxMS = max(a.maxMS, r.DurationMS)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKEND\tFENCING\tSCENARIO\tRUNS\tKEPT\tBROKEN\tUNKNOWN\tSKIPPED\tLOST(TOTAL)\tMAX TIME\tNOTE")
+	for _, k := range order {
+		a := m[k]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%dms\t%s\n", k.backend, onOff(k.fencing), k.scenario,
+			a.runs, a.kept, a.broken, a.unknown, a.skipped, a.lost, a.maxMS, a.reason)
+	}
+	return tw.Flush()
+}

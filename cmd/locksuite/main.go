@@ -1,0 +1,333 @@
+// Command locksuite runs the conformance suite against the lock backends it
+// can start or reach, with fencing off and on, and prints one row per result.
+//
+//	locksuite run [--backends etcd,redis,...] [--scenarios ...] [--fencing off,on] [--json FILE]
+//
+// It is a thin layer over suite.GinkgoTest and suite/local: the specs, the
+// servers and the verdicts are the same as in `go test ./suite/`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+	"github.com/onsi/gomega"
+
+	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/suite"
+	"github.com/locksuite/locksuite/suite/local"
+)
+
+const usage = `locksuite tells whether a distributed lock keeps the data it protects safe
+when its holder pauses past its lease.
+
+Usage:
+  locksuite run [flags]     run the suite and print a result table
+  locksuite help            show this text
+
+Run 'locksuite run --help' for the flags of run.
+
+Exit status: 0 when every fenced configuration kept the counter invariant, every
+baseline kept it and every control was caught; 1 when one did not (a finding);
+2 for bad usage or when no backend could run.
+`
+
+func main() {
+	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError is bad input: exit status 2.
+type usageError struct{ msg string }
+
+func (u *usageError) Error() string { return u.msg }
+
+func cli(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		err := run(args[1:], stdout, stderr)
+		var ue *usageError
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &ue):
+			fmt.Fprintln(stderr, "locksuite:", err)
+			return 2
+		case errors.Is(err, errFinding):
+			return 1
+		default:
+			fmt.Fprintln(stderr, "locksuite:", err)
+			return 2
+		}
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "locksuite: unknown command %q: use 'locksuite run' (see 'locksuite help')\n", args[0])
+		return 2
+	}
+}
+
+var errFinding = errors.New("finding")
+
+// options are run's parsed flags.
+type options struct {
+	backends  []string
+	scenarios []string
+	fencing   []bool
+	json      string
+	repeat    int
+	lease     time.Duration
+	duration  time.Duration
+	clients   int
+	log       string
+}
+
+func parseList(flagName, v string, allowed []string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if s == "all" {
+			return allowed, nil
+		}
+		if !slices.Contains(allowed, s) {
+			return nil, &usageError{fmt.Sprintf("--%s: unknown %q: choose from %s (or all)", flagName, s, strings.Join(allowed, ","))}
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, &usageError{fmt.Sprintf("--%s is empty: choose from %s (or all)", flagName, strings.Join(allowed, ","))}
+	}
+	return out, nil
+}
+
+func parseRun(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("locksuite run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+`; each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from REDIS_URL, DATABASE_URL/PG*, ETCDCTL_ENDPOINTS, CONSUL_HTTP_ADDR`)
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ","))
+	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
+	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`")
+	fs.IntVar(&o.repeat, "repeat", 1, "run each scenario `N` times and summarize the verdicts")
+	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")
+	fs.DurationVar(&o.duration, "duration", 2*time.Second, "how long the baseline and the control run")
+	fs.IntVar(&o.clients, "clients", 3, "concurrent clients in the baseline and the control")
+	fs.StringVar(&o.log, "log", "", "write the Ginkgo spec log to `FILE` (default: a temporary file, named at the end)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: locksuite run [flags]
+
+Runs the suite's scenarios for each backend, with fencing off and on, against
+real servers, and prints backend, fencing, scenario, writes, counter, lost,
+overlaps, rejected and the verdict (kept, broken, or skipped with the reason).
+
+Example:
+  locksuite run --backends etcd --scenarios deterministic-pause --json r.json
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return o, &usageError{fmt.Sprintf("unexpected argument %q: flags only (see locksuite run --help)", fs.Arg(0))}
+	}
+	var err error
+	if o.backends, err = parseList("backends", *backends, local.Names); err != nil {
+		return o, err
+	}
+	if o.scenarios, err = parseList("scenarios", *scenarios, suite.Scenarios); err != nil {
+		return o, err
+	}
+	modes, err := parseList("fencing", *fencing, []string{"off", "on"})
+	if err != nil {
+		return o, err
+	}
+	for _, m := range modes {
+		o.fencing = append(o.fencing, m == "on")
+	}
+	switch {
+	case o.repeat < 1:
+		return o, &usageError{fmt.Sprintf("--repeat %d: it must be at least 1", o.repeat)}
+	case o.lease < 0:
+		return o, &usageError{fmt.Sprintf("--lease %v: it must be positive", o.lease)}
+	case o.duration <= 0:
+		return o, &usageError{fmt.Sprintf("--duration %v: it must be positive", o.duration)}
+	case o.clients < 2:
+		return o, &usageError{fmt.Sprintf("--clients %d: at least 2 clients are needed to contend", o.clients)}
+	}
+	return o, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	t0 := time.Now()
+	env, err := local.Start(ctx, o.backends)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	fmt.Fprintf(stderr, "locksuite: servers ready in %v; counter store: %s\n", time.Since(t0).Round(time.Millisecond), env.Store)
+
+	var rows []report.Row
+	collect := func(r report.Row) { rows = append(rows, r) }
+	ran := 0
+	for _, n := range o.backends {
+		if err := env.Unavailable[n]; err != nil {
+			fmt.Fprintf(stderr, "locksuite: %v\n", err)
+			for _, f := range o.fencing {
+				for _, s := range o.scenarios {
+					rows = append(rows, report.Row{Backend: n, Fencing: f, Scenario: s, Verdict: report.Skipped, Reason: err.Error()})
+				}
+			}
+			continue
+		}
+		for _, f := range o.fencing {
+			cfg := env.Config(n, f)
+			if o.lease > 0 {
+				cfg.Lease = o.lease
+			}
+			cfg.Duration, cfg.Clients = o.duration, o.clients
+			// Unfenced, a lease lock is expected to lose the stalled holder's
+			// update: the spec asserts that, and the table shows it.
+			cfg.ExpectLoss = !f
+			cfg.Report = collect
+			for range o.repeat {
+				c := cfg
+				suite.GinkgoTest(&c)
+			}
+			ran++
+		}
+	}
+	if ran == 0 {
+		report.Sort(rows)
+		report.WriteTable(stdout, rows)
+		return &usageError{"no backend could run (see the reasons above)"}
+	}
+
+	if err := runSpecs(o); err != nil {
+		return err
+	}
+	report.Sort(rows)
+	if o.repeat > 1 {
+		report.WriteSummary(stdout, rows)
+	} else {
+		report.WriteTable(stdout, rows)
+	}
+	if o.json != "" {
+		if err := report.WriteJSON(o.json, rows); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted")
+	}
+	if bad := findings(rows); len(bad) > 0 {
+		for _, b := range bad {
+			fmt.Fprintln(stderr, "locksuite: finding:", b)
+		}
+		return errFinding
+	}
+	return nil
+}
+
+// findings lists results that make the exit status 1: a fenced run or a
+// baseline that did not keep the invariant, a control that was not caught,
+// a result that stayed unknown.
+func findings(rows []report.Row) []string {
+	var out []string
+	for _, r := range rows {
+		id := fmt.Sprintf("%s fencing=%v %s: %s", r.Backend, r.Fencing, r.Scenario, r.Verdict)
+		switch {
+		case r.Verdict == report.Skipped:
+		case r.Verdict == report.Unknown:
+			out = append(out, id+" ("+r.Reason+")")
+		case r.Scenario == suite.Control && r.Verdict != report.Broken:
+			out = append(out, id+": the harness did not catch a lock that always grants")
+		case (r.Fencing || r.Scenario == suite.Baseline) && r.Verdict != report.Kept:
+			out = append(out, id+" ("+r.Reason+")")
+		}
+	}
+	return out
+}
+
+// tb is the GinkgoTestingT for an in-process run.
+type tb struct{ failed bool }
+
+func (t *tb) Fail() { t.failed = true }
+
+// runSpecs runs the registered specs with Ginkgo's own output going to a log
+// file, so that stdout carries only the table.
+func runSpecs(o options) error {
+	logPath := o.log
+	var lf *os.File
+	var err error
+	if logPath == "" {
+		lf, err = os.CreateTemp("", "locksuite-*.log")
+	} else {
+		lf, err = os.Create(logPath)
+	}
+	if err != nil {
+		return fmt.Errorf("spec log: %w", err)
+	}
+	defer lf.Close()
+	saved, err := syscall.Dup(1)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Dup2(int(lf.Fd()), 1); err != nil {
+		return err
+	}
+	sc, rc := ginkgo.GinkgoConfiguration()
+	var labels []string
+	for _, s := range o.scenarios {
+		labels = append(labels, s)
+	}
+	sc.LabelFilter = strings.Join(labels, " || ")
+	sc.RandomizeAllSpecs = false
+	rc.NoColor = true
+	rc.Verbose = true
+	gomega.RegisterFailHandler(ginkgo.Fail)
+	t := &tb{}
+	ginkgo.RunSpecs(t, "locksuite", sc, types.ReporterConfig(rc))
+	_ = syscall.Dup2(saved, 1)
+	syscall.Close(saved)
+	if t.failed {
+		fmt.Fprintf(os.Stderr, "locksuite: some specs failed; the spec log is %s\n", lf.Name())
+	} else {
+		fmt.Fprintf(os.Stderr, "locksuite: spec log: %s\n", lf.Name())
+	}
+	return nil
+}
