@@ -313,3 +313,32 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 	}
 	return r.row(DeterministicPause, res, cfg.Fenced, d), nil
 }
+
+// Run runs one scenario once for cfg outside Ginkgo and returns its result,
+// judged but not asserted: for benchmarks and tools. A scenario that cannot
+// run against this Locker returns a row whose Verdict is report.Skipped, with
+// the reason, and a nil error.
+func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
+	if err := cfg.Validate(); err != nil {
+		return report.Row{}, err
+	}
+	var (
+		row report.Row
+		err error
+	)
+	switch scenario {
+	case Baseline:
+		row, err = runBaseline(ctx, cfg, newRunID())
+	case Control:
+		row, err = runControl(ctx, cfg, newRunID())
+	case DeterministicPause:
+		row, err = runDeterministicPause(ctx, cfg, newRunID())
+	default:
+		return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v", scenario, Scenarios)
+	}
+	var skip *skipError
+	if errors.As(err, &skip) {
+		return report.Row{Backend: cfg.Name, Fencing: cfg.Fenced, Scenario: scenario, Verdict: report.Skipped, Reason: skip.reason}, nil
+	}
+	return row, err
+}

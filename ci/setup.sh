@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what locksuite's harness needs to start its own servers on a
+# Debian or Ubuntu machine, and nothing it already has. Idempotent; safe to
+# copy into a lock library's CI.
+#   - redis-server (apt), for the Redis backend
+#   - PostgreSQL's server (apt postgresql-15), for the Postgres backend and the
+#     counter store; the harness makes a throwaway cluster with initdb
+#   - Consul 1.13.9, built from source with `go build` from the tools module in
+#     harness/consulbuild (about 7 minutes the first time) and cached at
+#     ${XDG_CACHE_HOME:-~/.cache}/locksuite/consul-1.13.9
+# etcd needs nothing: the harness embeds the real server.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "ci/setup.sh: need root to run: $*" >&2; return 1; fi
+}
+
+apt_updated=
+apt_install() {
+  if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+have_pg() { command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
+
+if ! command -v redis-server >/dev/null; then
+  echo "ci/setup.sh: installing redis-server"
+  apt_install redis-server
+  # Debian's package may start a system instance; the harness starts its own.
+  as_root service redis-server stop >/dev/null 2>&1 || true
+fi
+if ! have_pg; then
+  echo "ci/setup.sh: installing postgresql-15"
+  apt_install postgresql-15
+  as_root service postgresql stop >/dev/null 2>&1 || true
+fi
+
+consul_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/consul-1.13.9"
+if [ -n "${LOCKSUITE_CONSUL:-}" ]; then
+  echo "ci/setup.sh: using LOCKSUITE_CONSUL=$LOCKSUITE_CONSUL"
+elif [ -x "$consul_bin" ]; then
+  echo "ci/setup.sh: consul 1.13.9 cached at $consul_bin"
+else
+  echo "ci/setup.sh: building consul 1.13.9 from source (about 7 minutes, once) into $consul_bin"
+  mkdir -p "$(dirname "$consul_bin")"
+  start=$SECONDS
+  (cd "$root/harness/consulbuild" && go build -trimpath -o "$consul_bin.tmp" github.com/hashicorp/consul)
+  mv "$consul_bin.tmp" "$consul_bin"
+  echo "ci/setup.sh: consul built in $((SECONDS - start))s"
+fi
+"$consul_bin" version | head -1 2>/dev/null || true
