@@ -53,6 +53,9 @@ func BenchmarkDeterministicPause(b *testing.B) {
 					if row.Verdict == report.Skipped {
 						b.Skip(row.Reason)
 					}
+					if want := map[bool]string{false: report.Broken, true: report.Kept}[fenced]; row.Verdict != want {
+						b.Errorf("verdict %s, want %s: %s", row.Verdict, want, row.Reason)
+					}
 					total += time.Duration(row.DurationMS) * time.Millisecond
 				}
 				target := expiryFloor(n)*5/4 + 100*time.Millisecond
