@@ -24,10 +24,11 @@ const (
 	Baseline           = "baseline"
 	Control            = "control"
 	DeterministicPause = "deterministic-pause"
+	ReleaseAfterExpiry = "release-after-expiry"
 )
 
 // Scenarios lists the scenario names in the order the suite defines them.
-var Scenarios = []string{Baseline, Control, DeterministicPause}
+var Scenarios = []string{Baseline, Control, DeterministicPause, ReleaseAfterExpiry}
 
 // skipError is returned by a scenario that cannot run against this Locker.
 type skipError struct{ reason string }
@@ -333,6 +334,8 @@ func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 		row, err = runControl(ctx, cfg, newRunID())
 	case DeterministicPause:
 		row, err = runDeterministicPause(ctx, cfg, newRunID())
+	case ReleaseAfterExpiry:
+		row, err = runReleaseAfterExpiry(ctx, cfg, newRunID())
 	default:
 		return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v", scenario, Scenarios)
 	}
@@ -341,4 +344,65 @@ func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 		return report.Row{Backend: cfg.Name, Fencing: cfg.Fenced, Scenario: scenario, Verdict: report.Skipped, Reason: skip.reason}, nil
 	}
 	return row, err
+}
+
+// runReleaseAfterExpiry checks the Lease contract that makes a stall
+// survivable at all: a holder whose lease expired must not, when it wakes
+// and releases, remove the next holder's lock. A acquires and stalls until B
+// gets the lock; A resumes and calls Release; then C tries to acquire for a
+// quarter of the lease, while B still holds it. C getting in means A's
+// Release deleted B's lock (release without the ownership compare).
+func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+	if cfg.Fenced {
+		return report.Row{}, &skipError{"release does not involve the store: this runs with fencing off"}
+	}
+	r := newRun(cfg, runID, ReleaseAfterExpiry)
+	defer r.close()
+	if err := r.clients(ctx, 3, true); err != nil {
+		return report.Row{}, err
+	}
+	freeze, ok := r.freezer(0)
+	if !ok {
+		return report.Row{}, &skipError{"cannot stall a holder: set Config.Endpoint so clients dial a fault proxy, or implement backends.Freezer"}
+	}
+	a, b, c := r.lockers[0], r.lockers[1], r.lockers[2]
+	t0 := time.Now()
+	la, err := a.Acquire(ctx)
+	if err != nil {
+		return report.Row{}, fmt.Errorf("holder A: %w", err)
+	}
+	thaw := freeze()
+	bctx, cancel := context.WithTimeout(ctx, stallTimeout(cfg, a))
+	lb, err := b.Acquire(bctx)
+	cancel()
+	thaw()
+	if err != nil {
+		_ = la.Release(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return report.Row{}, &skipError{"the lease did not expire while its holder stalled, so no second holder got in"}
+		}
+		return report.Row{}, fmt.Errorf("holder B: %w", err)
+	}
+	defer lb.Release(context.WithoutCancel(ctx))
+	if err := la.Release(ctx); err != nil {
+		return report.Row{}, fmt.Errorf("holder A's late Release returned an error (it must return nil for a lease that is no longer its own): %w", err)
+	}
+	lease := cfg.Lease
+	if t, ok := backends.TTLOf(a); ok {
+		lease = t
+	}
+	cctx, cancel := context.WithTimeout(ctx, max(lease/4, 20*time.Millisecond))
+	lc, err := c.Acquire(cctx)
+	cancel()
+	row := report.Row{Backend: cfg.Name, Scenario: ReleaseAfterExpiry, LeaseMS: lease.Milliseconds(), Verdict: report.Kept}
+	switch {
+	case err == nil:
+		_ = lc.Release(ctx)
+		row.Verdict = report.Broken
+		row.Reason = "the expired holder's Release removed the next holder's lock: a third client acquired it while the second held it"
+	case !errors.Is(err, context.DeadlineExceeded):
+		return report.Row{}, fmt.Errorf("client C: %w", err)
+	}
+	row.DurationMS = time.Since(t0).Milliseconds()
+	return row, nil
 }

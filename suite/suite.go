@@ -99,6 +99,14 @@ func GinkgoTest(cfg *Config) {
 			publish(c, row)
 			Expect(row.Verdict).To(Equal(report.Kept), row.Reason)
 		}, SpecTimeout(specTimeout))
+
+		It("does not let an expired holder's Release remove the next holder's lock", Label(ReleaseAfterExpiry), func(ctx SpecContext) {
+			row, err := runReleaseAfterExpiry(ctx, c, runID)
+			row = record(ReleaseAfterExpiry, row, err)
+			row.Expected = report.Kept
+			publish(c, row)
+			Expect(row.Verdict).To(Equal(report.Kept), row.Reason)
+		}, SpecTimeout(specTimeout))
 	})
 }
 

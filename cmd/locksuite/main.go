@@ -276,7 +276,7 @@ func findings(rows []report.Row) []string {
 			out = append(out, id+" ("+r.Reason+")")
 		case r.Scenario == suite.Control && r.Verdict != report.Broken:
 			out = append(out, id+": the harness did not catch a lock that always grants")
-		case (r.Fencing || r.Scenario == suite.Baseline) && r.Verdict != report.Kept:
+		case (r.Fencing || r.Scenario == suite.Baseline || r.Scenario == suite.ReleaseAfterExpiry) && r.Verdict != report.Kept:
 			out = append(out, id+" ("+r.Reason+")")
 		}
 	}
