@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -53,7 +54,13 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 		gid, _ := strconv.Atoi(u.Gid)
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	dir, err := os.MkdirTemp("", "locksuite-postgres-")
+	parent := ""
+	if cred != nil && !traversable(os.TempDir()) {
+		// The postgres user must reach its data directory: a private
+		// TMPDIR (mode 0700 somewhere on its path) would stop it.
+		parent = "/tmp"
+	}
+	dir, err := os.MkdirTemp(parent, "locksuite-postgres-")
 	if err != nil {
 		return nil, err
 	}
@@ -105,4 +112,18 @@ func (s *Postgres) Stop() error {
 		os.RemoveAll(s.p.dir)
 	})
 	return nil
+}
+
+// traversable reports whether every directory on path's way from / lets
+// others through (o+x), as a server running as another user needs.
+func traversable(path string) bool {
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if p == "/" || p == "." {
+			return true
+		}
+	}
 }

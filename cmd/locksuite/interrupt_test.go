@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary act as the CLI, so that a test can run it
+// as a child process and interrupt it.
+func TestMain(m *testing.M) {
+	if os.Getenv("LOCKSUITE_TEST_AS_CLI") == "1" {
+		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestInterruptLeavesNothing interrupts a run (SIGINT, as Ctrl-C) while its
+// servers are up and its clients busy, and checks that it exits promptly
+// and that no server process it started and no directory it made is left.
+func TestInterruptLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	tmp := t.TempDir()
+	// Postgres runs as the postgres user, which must reach its directory.
+	os.Chmod(tmp, 0o755)
+	os.Chmod(filepath.Dir(tmp), 0o755)
+	cmd := exec.Command(os.Args[0], "run", "--backends", "redis,postgres,consul,etcd", "--scenarios", "baseline", "--duration", "30s")
+	cmd.Env = append(os.Environ(), "LOCKSUITE_TEST_AS_CLI=1", "TMPDIR="+tmp)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ready := make(chan struct{})
+	var log strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "servers ready") {
+				close(ready)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("servers not ready after 60s:\n%s", log.String())
+	}
+	time.Sleep(time.Second) // clients are mid-run
+	children := childPIDs(cmd.Process.Pid)
+	if len(children) < 3 {
+		t.Fatalf("expected redis, postgres and consul child processes, found %v\n%s", children, log.String())
+	}
+	t0 := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30s after SIGINT")
+	}
+	t.Logf("exited %v after SIGINT; children were %v", time.Since(t0).Round(time.Millisecond), children)
+	for _, pid := range children {
+		if st, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "stat")); err == nil {
+			t.Errorf("child %d still exists after the run: %s", pid, st)
+		}
+	}
+	entries, _ := os.ReadDir(tmp)
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".log") {
+			t.Errorf("left behind in TMPDIR: %s", e.Name())
+		}
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// childPIDs lists the direct children of pid, from every thread's
+// /proc/<pid>/task/<tid>/children.
+func childPIDs(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(filepath.Join("/proc", itoa(pid), "task", "*", "children"))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(s); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
