@@ -24,19 +24,16 @@ type EtcdStore struct {
 
 var _ Store = (*EtcdStore)(nil)
 
-// NewEtcd creates the counter under prefix, set to 0 with fence 0, and returns
-// its Store. The keys must not exist yet.
+// NewEtcd returns the Store of the counter under prefix, creating it at 0 with
+// fence 0 if it does not exist yet.
 func NewEtcd(ctx context.Context, c *clientv3.Client, prefix string, fenced bool) (*EtcdStore, error) {
 	s := &EtcdStore{c: c, value: prefix + "/value", fence: prefix + "/fence", prefix: prefix, fenced: fenced}
-	resp, err := c.Txn(ctx).
+	_, err := c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(s.value), "=", 0), clientv3.Compare(clientv3.CreateRevision(s.fence), "=", 0)).
 		Then(clientv3.OpPut(s.value, "0"), clientv3.OpPut(s.fence, pad(0))).
 		Commit()
 	if err != nil {
 		return nil, fmt.Errorf("fencing: create counter %q: %w", prefix, err)
-	}
-	if !resp.Succeeded {
-		return nil, fmt.Errorf("fencing: counter %q exists already: counters are per run, pick a new prefix", prefix)
 	}
 	return s, nil
 }

@@ -37,8 +37,9 @@ type Store interface {
 	// pause that outlived a lease and, unfenced, would have lost an update.
 	// Export it in production.
 	Rejected() uint64
-	// Close removes the counter from the server and frees the Store's
-	// resources; it touches nothing else.
+	// Close removes the counter from the server; it touches nothing else.
+	// Only the counter's owner (the coordinator of a run) calls it; a worker
+	// process that opened the same counter just exits.
 	Close(ctx context.Context) error
 }
 

@@ -27,9 +27,10 @@ type PostgresStore struct {
 
 var _ Store = (*PostgresStore)(nil)
 
-// NewPostgres creates the counter name, set to 0 with fence 0, in table
-// (created if missing, DefaultTable if empty) and returns its Store. A counter
-// of that name must not exist yet: counters are per run, never shared.
+// NewPostgres returns the Store of counter name in table (DefaultTable if
+// empty; the table is created if missing), creating the counter at 0 with
+// fence 0 if it does not exist yet, so that several processes of one run
+// can open the same counter. Name counters per run.
 func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table, name string, fenced bool) (*PostgresStore, error) {
 	if table == "" {
 		table = DefaultTable
@@ -47,7 +48,7 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table, name string, fe
 			return nil, fmt.Errorf("fencing: create table %s: %w", table, err)
 		}
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO `+s.table+` (name, value, fence) VALUES ($1, 0, 0)`, name); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.table+` (name, value, fence) VALUES ($1, 0, 0) ON CONFLICT (name) DO NOTHING`, name); err != nil {
 		return nil, fmt.Errorf("fencing: create counter %q in %s: %w", name, table, err)
 	}
 	return s, nil

@@ -42,9 +42,10 @@ type Config struct {
 	// empty, those scenarios need a Locker that implements
 	// backends.Freezer, and are skipped otherwise. Default empty.
 	Endpoint string
-	// NewStore makes the protected counter, named name, starting at 0; fenced
-	// says whether its writes compare fences. name is unique to the run.
-	// Required.
+	// NewStore returns the protected counter named name, creating it at 0 if
+	// it does not exist (worker processes of a chaos run open the counter
+	// their coordinator created); fenced says whether its writes compare
+	// fences. name is unique to the run. Required.
 	NewStore func(ctx context.Context, name string, fenced bool) (fencing.Store, error)
 	// Lease is passed to NewLocker as Client.Lease. Default 500ms, the
 	// reference guide's.
@@ -75,11 +76,48 @@ type Config struct {
 	// Prefix starts every key, counter and lock name the suite makes, so
 	// that it touches nothing else on a shared server. Default "locksuite".
 	Prefix string
+	// Chaos sizes the chaos scenarios, which run clients as worker processes.
+	Chaos Chaos
+	// WorkerEnv is added to the environment of worker processes. A worker
+	// runs this binary again (the same test, or the CLI with the same
+	// arguments) and must reach the same servers without starting new ones:
+	// suite/local sets REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR and
+	// ETCDCTL_ENDPOINTS here. Default empty.
+	WorkerEnv []string
 	// Report, if not nil, is called with every result, including skipped
 	// ones. Results are also attached to the Ginkgo report as entries named
 	// "locksuite".
 	Report func(report.Row)
-	_      struct{}
+
+	workerArgv []string // set by Test: how to run this binary as a worker
+	_          struct{}
+}
+
+// Chaos sizes the chaos scenarios: Workers processes loop acquire → read →
+// work → write → release for Duration while faults stop them.
+type Chaos struct {
+	// Workers is the number of worker processes. Default 3.
+	Workers int
+	// Duration is how long workers start new critical sections. Default 10s.
+	Duration time.Duration
+	// Pause is how long a process pause or a stall lasts. Default 800ms: for
+	// the pause scenarios to mean anything it must exceed the lock's expiry.
+	Pause time.Duration
+	// Interval is the time between the end of one pause and the next.
+	// Default 700ms.
+	Interval time.Duration
+	// Pauses is how many process pauses a pause scenario injects. Default 6.
+	Pauses int
+	// StallEvery makes every StallEvery-th critical section of each worker
+	// stall for Pause in the stall scenarios. Default 20.
+	StallEvery int
+	// Seed seeds the fault schedule; 0 picks one at random. The seed used is
+	// in every result, and the same seed gives the same schedule.
+	Seed uint64
+	// LongLease is the lease of the long-lease scenario, which must be
+	// longer than Pause. Default 2.5 × Pause (the guide: 2 s against 0.8 s).
+	LongLease time.Duration
+	_         struct{}
 }
 
 // NewConfig returns a Config with the documented defaults.
@@ -90,6 +128,10 @@ func NewConfig() Config {
 		Duration: 2 * time.Second,
 		Work:     20 * time.Millisecond,
 		Prefix:   "locksuite",
+		Chaos: Chaos{
+			Workers: 3, Duration: 10 * time.Second, Pause: 800 * time.Millisecond,
+			Interval: 700 * time.Millisecond, Pauses: 6, StallEvery: 20,
+		},
 	}
 }
 
@@ -112,6 +154,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("suite: %s: Config.Work is %v: it must not be negative", c.Name, c.Work)
 	case c.StallTimeout < 0:
 		return fmt.Errorf("suite: %s: Config.StallTimeout is %v: it must not be negative (0 means the default)", c.Name, c.StallTimeout)
+	case c.Chaos.Workers < 2:
+		return fmt.Errorf("suite: %s: Config.Chaos.Workers is %d: at least 2 workers are needed to contend", c.Name, c.Chaos.Workers)
+	case c.Chaos.Duration <= 0 || c.Chaos.Pause <= 0 || c.Chaos.Interval < 0:
+		return fmt.Errorf("suite: %s: Config.Chaos: Duration %v and Pause %v must be positive, Interval %v not negative (NewConfig sets 10s, 800ms, 700ms)", c.Name, c.Chaos.Duration, c.Chaos.Pause, c.Chaos.Interval)
+	case c.Chaos.Pauses < 0 || c.Chaos.StallEvery < 0:
+		return fmt.Errorf("suite: %s: Config.Chaos: Pauses %d and StallEvery %d must not be negative", c.Name, c.Chaos.Pauses, c.Chaos.StallEvery)
+	case c.Chaos.LongLease != 0 && c.Chaos.LongLease <= c.Chaos.Pause:
+		return fmt.Errorf("suite: %s: Config.Chaos.LongLease %v must be longer than Pause %v (0 means 2.5 × Pause)", c.Name, c.Chaos.LongLease, c.Chaos.Pause)
 	case c.Prefix == "":
 		return fmt.Errorf("suite: %s: Config.Prefix is empty: the suite names everything it makes with it (NewConfig sets \"locksuite\")", c.Name)
 	}

@@ -270,7 +270,7 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 		errB    error
 		timeout = stallTimeout(cfg, a)
 	)
-	errA := load.Increment(ctx, 0, a, s, rec, 0, func(ctx context.Context) {
+	errA := load.Increment(ctx, 0, a, s, rec, 0, load.Hooks{BeforeWrite: func(ctx context.Context) {
 		thaw := freeze()
 		defer thaw()
 		bctx, cancel := context.WithTimeout(ctx, timeout)
@@ -278,7 +278,7 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errB = load.Increment(bctx, 1, b, s, rec, 0, nil)
+			errB = load.Increment(bctx, 1, b, s, rec, 0, load.Hooks{})
 		}()
 		// Wait for B's section to end, or the stall bound to pass: a
 		// lease that never expires keeps B out, which is safe.
@@ -288,7 +288,7 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 		case <-done:
 		case <-bctx.Done():
 		}
-	})
+	}})
 	wg.Wait()
 	d := time.Since(t0)
 	if errA != nil && !errors.Is(errA, fencing.ErrStale) {
@@ -304,7 +304,7 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 	res := finish(ctx, s, rec)
 	if errB != nil { // B never got in: the lease outlived the stall bound
 		// B gets its turn now that A released, so the counter shows both.
-		if err := load.Increment(ctx, 1, b, s, rec, 0, nil); err != nil && !errors.Is(err, fencing.ErrStale) {
+		if err := load.Increment(ctx, 1, b, s, rec, 0, load.Hooks{}); err != nil && !errors.Is(err, fencing.ErrStale) {
 			return report.Row{}, fmt.Errorf("holder B after the stall: %w", err)
 		}
 		res = finish(ctx, s, rec)
@@ -337,7 +337,10 @@ func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 	case ReleaseAfterExpiry:
 		row, err = runReleaseAfterExpiry(ctx, cfg, newRunID())
 	default:
-		return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v", scenario, Scenarios)
+		if !isChaos(scenario) {
+			return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v or %v", scenario, Scenarios, ChaosScenarios)
+		}
+		row, err = runChaos(ctx, cfg, newRunID(), scenario)
 	}
 	var skip *skipError
 	if errors.As(err, &skip) {

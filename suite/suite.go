@@ -19,11 +19,13 @@ package suite
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/worker"
 )
 
 // Test registers the specs for each cfg and runs them as one Ginkgo suite
@@ -31,8 +33,20 @@ import (
 // a *testing.T, or any ginkgo.GinkgoTestingT. It reports whether all specs
 // passed.
 func Test(t GinkgoTestingT, cfgs ...Config) bool {
+	name := ""
+	if n, ok := t.(interface{ Name() string }); ok {
+		name = n.Name()
+	}
 	for i := range cfgs {
+		if cfgs[i].workerArgv == nil {
+			cfgs[i].workerArgv = workerArgv(name)
+		}
 		GinkgoTest(&cfgs[i])
+	}
+	if spec, ok, _ := worker.FromEnv(); ok {
+		// A worker process whose Config is not among cfgs: say so, and end.
+		fmt.Fprintf(os.Stderr, "locksuite worker: no Config named %q in this test\n", spec.Target)
+		os.Exit(3)
 	}
 	RegisterFailHandler(Fail)
 	return RunSpecs(t, "locksuite")
@@ -41,7 +55,14 @@ func Test(t GinkgoTestingT, cfgs ...Config) bool {
 // GinkgoTest registers the specs for *cfg in the current Ginkgo suite
 // without running them. It may be called several times, for several
 // backends or fencing modes, before one RunSpecs.
+//
+// In a chaos worker process (see harness/worker), GinkgoTest for the
+// worker's Config runs the worker and exits the process instead.
 func GinkgoTest(cfg *Config) {
+	serveIfWorker(cfg)
+	if _, ok, _ := worker.FromEnv(); ok {
+		return // a worker for another Config: register nothing
+	}
 	runID := newRunID()
 	fenced := "unfenced"
 	if cfg.Fenced {
@@ -107,6 +128,8 @@ func GinkgoTest(cfg *Config) {
 			publish(c, row)
 			Expect(row.Verdict).To(Equal(report.Kept), row.Reason)
 		}, SpecTimeout(specTimeout))
+
+		chaosSpecs(&c, runID, record)
 	})
 }
 

@@ -1,12 +1,16 @@
 // Package history records what the clients of a run did: one Section per
 // critical section, every time measured on one clock from one base time, so
-// that sections of different clients can be compared.
+// that sections of different clients, and of different worker processes, can
+// be compared. The clock is the system's CLOCK_MONOTONIC, which every process
+// on the machine shares and which wall-clock jumps do not move.
 package history
 
 import (
 	"sort"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Outcome is how a critical section's write ended.
@@ -32,7 +36,8 @@ func (o Outcome) String() string {
 // moment the write returned.
 type Section struct {
 	Client  int           `json:"client"`
-	Start   time.Duration `json:"start_ns"` // since the recorder's base
+	Asked   time.Duration `json:"asked_ns"` // when Acquire was called
+	Start   time.Duration `json:"start_ns"` // when Acquire returned; since the recorder's base
 	End     time.Duration `json:"end_ns"`
 	Fence   uint64        `json:"fence"`
 	Read    int64         `json:"read"`  // the value read
@@ -40,24 +45,47 @@ type Section struct {
 	Outcome Outcome       `json:"outcome"`
 }
 
+// Clock reads CLOCK_MONOTONIC: the same clock in every process.
+func Clock() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err) // cannot happen on Linux
+	}
+	return time.Duration(ts.Nano())
+}
+
 // Recorder collects Sections from concurrent clients.
 type Recorder struct {
-	base time.Time
+	base time.Duration
 	mu   sync.Mutex
 	secs []Section
+	sink func(Section)
 }
 
 // NewRecorder returns a Recorder whose clock starts now.
-func NewRecorder() *Recorder { return &Recorder{base: time.Now()} }
+func NewRecorder() *Recorder { return &Recorder{base: Clock()} }
 
-// Now is the time since the recorder's base, on the monotonic clock.
-func (r *Recorder) Now() time.Duration { return time.Since(r.base) }
+// NewRecorderAt returns a Recorder whose clock starts at base (a Clock
+// reading), so that another process's Recorder measures from the same zero.
+// sink, if not nil, is called with each section as it is added.
+func NewRecorderAt(base time.Duration, sink func(Section)) *Recorder {
+	return &Recorder{base: base, sink: sink}
+}
+
+// Base is the Clock reading the recorder measures from.
+func (r *Recorder) Base() time.Duration { return r.base }
+
+// Now is the time since the recorder's base.
+func (r *Recorder) Now() time.Duration { return Clock() - r.base }
 
 // Add records a finished section.
 func (r *Recorder) Add(s Section) {
 	r.mu.Lock()
 	r.secs = append(r.secs, s)
 	r.mu.Unlock()
+	if r.sink != nil {
+		r.sink(s)
+	}
 }
 
 // Sections returns a copy of the recorded sections, ordered by start.

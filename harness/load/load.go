@@ -15,20 +15,33 @@ import (
 	"github.com/locksuite/locksuite/harness/history"
 )
 
+// Hooks let a caller act at points of a critical section: to inject a fault
+// or to report progress. Nil fields are skipped.
+type Hooks struct {
+	// Acquired runs right after Acquire returned, with the lease's fence.
+	Acquired func(fence uint64)
+	// BeforeWrite runs between the work and the write: where a stall hurts.
+	BeforeWrite func(ctx context.Context)
+	// Released runs after Release.
+	Released func()
+}
+
 // Increment runs one critical section of client id: it acquires l, reads s,
-// waits work (the critical section's work, or a pause the caller injects
-// through beforeWrite), writes read+1 with the lease's fence, and releases.
-// beforeWrite, if not nil, runs between the read and the write.
+// waits work, writes read+1 with the lease's fence, and releases.
 //
 // On a stale write (fencing.ErrStale) the section is recorded as Rejected and
 // Increment returns fencing.ErrStale: the caller must acquire, read and
 // compute again, never replay the value.
-func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, rec *history.Recorder, work time.Duration, beforeWrite func(context.Context)) error {
+func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, rec *history.Recorder, work time.Duration, h Hooks) error {
+	asked := rec.Now()
 	lease, err := l.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	sec := history.Section{Client: id, Start: rec.Now(), Fence: lease.Fence(), Outcome: history.Aborted}
+	sec := history.Section{Client: id, Asked: asked, Start: rec.Now(), Fence: lease.Fence(), Outcome: history.Aborted}
+	if h.Acquired != nil {
+		h.Acquired(sec.Fence)
+	}
 	defer func() {
 		if sec.End == 0 {
 			sec.End = rec.Now()
@@ -37,6 +50,9 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = lease.Release(rctx)
+		if h.Released != nil {
+			h.Released()
+		}
 	}()
 	v, err := s.Read(ctx)
 	if err != nil {
@@ -50,8 +66,8 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 			return ctx.Err()
 		}
 	}
-	if beforeWrite != nil {
-		beforeWrite(ctx)
+	if h.BeforeWrite != nil {
+		h.BeforeWrite(ctx)
 	}
 	sec.Wrote = v + 1
 	// The write is the one step that must not be cut short by the run's
@@ -90,7 +106,7 @@ func Run(ctx context.Context, lockers []backends.Locker, s fencing.Store, rec *h
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				err := Increment(ctx, id, l, s, rec, work, nil)
+				err := Increment(ctx, id, l, s, rec, work, Hooks{})
 				if err != nil && !errors.Is(err, fencing.ErrStale) && ctx.Err() == nil {
 					once.Do(func() { first = err; cancel() })
 					return

@@ -33,6 +33,17 @@ type Row struct {
 	LeaseMS    int64  `json:"lease_ms"`
 	DurationMS int64  `json:"duration_ms"`
 	Reason     string `json:"reason"`
+	// Chaos runs only: the seed of the fault schedule (the same seed gives
+	// the same schedule), the faults injected, their length, the pauses as
+	// they happened, and availability: accepted writes per second and the
+	// longest any client waited for the lock.
+	Seed         uint64  `json:"seed,omitempty"`
+	Workers      int     `json:"workers,omitempty"`
+	Faults       int     `json:"faults,omitempty"`
+	PauseMS      int64   `json:"pause_ms,omitempty"`
+	Schedule     string  `json:"schedule,omitempty"`
+	WritesPerSec float64 `json:"writes_per_sec,omitempty"`
+	MaxWaitMS    int64   `json:"max_wait_ms,omitempty"`
 	// Expected is the verdict the spec asserted, when it asserted one:
 	// "kept", or "broken" for a control or an unfenced run documenting that
 	// a lease alone is unsafe. Empty for skipped rows.

@@ -50,6 +50,24 @@ var Leases = map[string]time.Duration{
 	"etcd":     time.Second,
 }
 
+// Chaos are the default chaos sizes per backend: each pause longer than the
+// backend's expiry with its default lease (Redis, Postgres 200 ms; Consul
+// about 400 ms; etcd 1.5 s), so that a pause inside a critical section lets a
+// second holder in; and few enough pauses that a scenario takes seconds.
+func Chaos(n string) suite.Chaos {
+	c := suite.NewConfig().Chaos
+	c.Interval, c.Pauses, c.StallEvery = 500*time.Millisecond, 4, 10
+	switch n {
+	case "etcd":
+		c.Pause, c.Pauses, c.Duration = 2*time.Second, 3, 8*time.Second
+	case "consul":
+		c.Pause, c.Duration = 800*time.Millisecond, 6*time.Second
+	default:
+		c.Pause, c.Duration = 500*time.Millisecond, 5*time.Second
+	}
+	return c
+}
+
 // Env is a set of running or named backends. Close stops what it started.
 type Env struct {
 	servers []servers.Server
@@ -220,6 +238,8 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 	ep := e.endpoint[n]
 	cfg.Endpoint = hostPort(n, ep)
 	cfg.NewStore = e.newStore
+	cfg.Chaos = Chaos(n)
+	cfg.WorkerEnv = e.Environ()
 	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
 		switch n {
 		case "redis":
@@ -228,6 +248,7 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 			}
 			return redis.New(redis.Config{Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
 		case "postgres":
+			// A chaos worker is given no proxy: the endpoint is the server's own.
 			return postgres.New(postgres.Config{ConnString: strings.TrimSpace(ep), Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
 		case "consul":
 			return consul.New(consul.Config{Address: c.Endpoint, Key: c.Key, TTL: c.Lease})
@@ -269,6 +290,31 @@ func hostPort(n, ep string) string {
 		}
 	}
 	return ep
+}
+
+// Environ names every server of e in the ecosystem's variables, so that a
+// process started with them (a chaos worker) connects to these servers
+// instead of starting its own.
+func (e *Env) Environ() []string {
+	var out []string
+	for n, ep := range e.endpoint {
+		switch n {
+		case "redis":
+			if !strings.Contains(ep, "://") {
+				ep = "redis://" + ep + "/0"
+			}
+			out = append(out, "REDIS_URL="+ep)
+		case "postgres":
+			if strings.TrimSpace(ep) != "" {
+				out = append(out, "DATABASE_URL="+ep)
+			}
+		case "consul":
+			out = append(out, "CONSUL_HTTP_ADDR="+ep)
+		case "etcd":
+			out = append(out, "ETCDCTL_ENDPOINTS="+ep)
+		}
+	}
+	return out
 }
 
 // Close stops the servers Start started and closes its connections.

@@ -1,0 +1,268 @@
+// Package worker runs clients as separate OS processes, so that a fault can
+// stop a whole process (SIGSTOP), renewal goroutines included, as a GC pause
+// or a VM stall does.
+//
+// A worker is the current binary run again (the CLI, or a user's own go test
+// binary) with LOCKSUITE_WORKER set to a JSON Spec. The suite's entry points
+// notice it, build the Locker and the Store from the same Config as the
+// coordinator, and call Serve, which loops acquire → read → work → write →
+// release until the Spec's deadline and reports every event on file
+// descriptor 3, one JSON object a line. A worker that must stall its whole
+// process asks the coordinator (a "stall" event) and waits on descriptor 4
+// until the coordinator has stopped and continued it.
+package worker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/history"
+	"github.com/locksuite/locksuite/harness/load"
+)
+
+// EnvVar carries a worker's Spec.
+const EnvVar = "LOCKSUITE_WORKER"
+
+// Stall modes of Spec.StallMode.
+const (
+	// StallProcess stops the whole worker process (the coordinator sends
+	// SIGSTOP, waits, sends SIGCONT): renewals stop too.
+	StallProcess = "process"
+	// StallGoroutine sleeps only the holder's goroutine: the process, and
+	// its background renewals, run on.
+	StallGoroutine = "goroutine"
+)
+
+// Spec is what the coordinator tells one worker.
+type Spec struct {
+	Target   string        `json:"target"` // which Config: see the suite
+	ID       int           `json:"id"`
+	Key      string        `json:"key"`
+	Endpoint string        `json:"endpoint"`
+	Lease    time.Duration `json:"lease"`
+	Store    string        `json:"store"`
+	Fenced   bool          `json:"fenced"`
+	Work     time.Duration `json:"work"`
+	Base     time.Duration `json:"base"`  // history.Clock reading of time zero
+	// Every StallEvery-th critical section stalls for Stall before its
+	// write, in StallMode. 0: never.
+	StallEvery int           `json:"stall_every"`
+	Stall      time.Duration `json:"stall"`
+	StallMode  string        `json:"stall_mode"`
+}
+
+// FromEnv returns the Spec this process was started with, if it is a worker.
+func FromEnv() (Spec, bool, error) {
+	v := os.Getenv(EnvVar)
+	if v == "" {
+		return Spec{}, false, nil
+	}
+	var s Spec
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return Spec{}, true, fmt.Errorf("worker: bad %s: %w", EnvVar, err)
+	}
+	return s, true, nil
+}
+
+// Event is one line a worker reports.
+type Event struct {
+	Kind     string           `json:"kind"` // ready, acquired, released, section, stall, done, error
+	Client   int              `json:"client"`
+	T        time.Duration    `json:"t"` // since Base
+	Fence    uint64           `json:"fence,omitempty"`
+	Section  *history.Section `json:"section,omitempty"`
+	Writes   int              `json:"writes,omitempty"`
+	Rejected uint64           `json:"rejected,omitempty"`
+	Err      string           `json:"err,omitempty"`
+}
+
+// Serve is the worker's side: it runs the loop of spec with l and s, reports
+// on descriptor 3 and waits for stall acknowledgements on descriptor 4.
+func Serve(spec Spec, l backends.Locker, s fencing.Store) error {
+	out := os.NewFile(3, "events")
+	acks := bufio.NewReader(os.NewFile(4, "acks"))
+	if out == nil {
+		return errors.New("worker: no events descriptor (3): a worker is started by the coordinator, not by hand")
+	}
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	emit := func(e Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		e.Client = spec.ID
+		_ = enc.Encode(e)
+	}
+	rec := history.NewRecorderAt(spec.Base, func(sec history.Section) {
+		emit(Event{Kind: "section", T: sec.End, Section: &sec})
+	})
+	// Ready; wait for the coordinator's "go <until>" so that every worker
+	// starts together and the fault schedule counts from that moment.
+	emit(Event{Kind: "ready", T: rec.Now()})
+	line, err := acks.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("worker: no go from the coordinator: %w", err)
+	}
+	var until int64
+	if _, err := fmt.Sscanf(line, "go %d", &until); err != nil {
+		return fmt.Errorf("worker: bad go line %q: %w", line, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(until)-rec.Now())
+	defer cancel()
+	writes, n := 0, 0
+	hooks := load.Hooks{
+		Acquired: func(f uint64) { emit(Event{Kind: "acquired", T: rec.Now(), Fence: f}) },
+		Released: func() { emit(Event{Kind: "released", T: rec.Now()}) },
+		BeforeWrite: func(ctx context.Context) {
+			if spec.StallEvery <= 0 || n%spec.StallEvery != 0 {
+				return
+			}
+			switch spec.StallMode {
+			case StallGoroutine:
+				time.Sleep(spec.Stall)
+			default:
+				emit(Event{Kind: "stall", T: rec.Now()})
+				_, _ = acks.ReadString('\n') // returns once we were stopped and continued
+			}
+		},
+	}
+	for ctx.Err() == nil {
+		n++
+		err := load.Increment(ctx, spec.ID, l, s, rec, spec.Work, hooks)
+		if err == nil {
+			writes++
+			continue
+		}
+		if errors.Is(err, fencing.ErrStale) || ctx.Err() != nil {
+			continue
+		}
+		emit(Event{Kind: "error", T: rec.Now(), Err: err.Error()})
+		return err
+	}
+	emit(Event{Kind: "done", T: rec.Now(), Writes: writes, Rejected: s.Rejected()})
+	return nil
+}
+
+// Proc is the coordinator's handle on one worker process.
+type Proc struct {
+	ID     int
+	cmd    *exec.Cmd
+	events *os.File // read end
+	acks   *os.File // write end
+	log    string
+	done   chan struct{}
+	err    error
+}
+
+// Start runs argv as worker spec.ID with env added to this process's
+// environment, its output in logPath. Events are read with Events.
+func Start(spec Spec, argv, env []string, logPath string) (*Proc, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	evR, evW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	ackR, ackW, err := os.Pipe()
+	if err != nil {
+		evR.Close()
+		evW.Close()
+		return nil, err
+	}
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), env...), EnvVar+"="+string(b))
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.ExtraFiles = []*os.File{evW, ackR}
+	// Its own process group (a signal to the group reaches any helper it
+	// forks) and death with the coordinator.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		evR.Close()
+		evW.Close()
+		ackR.Close()
+		ackW.Close()
+		return nil, fmt.Errorf("worker %d: start %s: %w", spec.ID, argv[0], err)
+	}
+	evW.Close()
+	ackR.Close()
+	p := &Proc{ID: spec.ID, cmd: cmd, events: evR, acks: ackW, log: logPath, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// Pid is the worker's process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Events decodes the worker's events into ch until it closes its descriptor;
+// then it closes nothing (several workers share ch) and returns.
+func (p *Proc) Events(ch chan<- Event) error {
+	dec := json.NewDecoder(p.events)
+	for {
+		var e Event
+		if err := dec.Decode(&e); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("worker %d: bad event: %w", p.ID, err)
+		}
+		e.Client = p.ID
+		ch <- e
+	}
+}
+
+// Go starts a ready worker: it begins sections until until (since Base).
+func (p *Proc) Go(until time.Duration) { _, _ = fmt.Fprintf(p.acks, "go %d\n", int64(until)) }
+
+// Ack releases a worker waiting after a "stall" event.
+func (p *Proc) Ack() { _, _ = p.acks.Write([]byte("ok\n")) }
+
+// Stop sends SIGSTOP to the worker's process group.
+func (p *Proc) Stop() error { return syscall.Kill(-p.Pid(), syscall.SIGSTOP) }
+
+// Cont sends SIGCONT to the worker's process group.
+func (p *Proc) Cont() error { return syscall.Kill(-p.Pid(), syscall.SIGCONT) }
+
+// End continues the worker (it may be stopped), waits up to grace for it to
+// exit, then kills it. It returns once the process is gone.
+func (p *Proc) End(grace time.Duration) {
+	_ = p.Cont()
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+		<-p.done
+	}
+	p.events.Close()
+	p.acks.Close()
+}
+
+// Done is closed when the worker has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Log returns the tail of the worker's output, for error messages.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.log)
+	s := strings.TrimSpace(string(b))
+	if len(s) > 1500 {
+		s = "…" + s[len(s)-1500:]
+	}
+	return s
+}
