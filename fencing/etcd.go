@@ -6,13 +6,15 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // EtcdStore is a counter in etcd: the value at Prefix+"/value" and the last
-// accepted fence at Prefix+"/fence", the fence zero-padded to 20 digits so
-// that etcd's byte-wise comparison orders it numerically. A fenced write is
-// one transaction: if fence key < new fence then put both.
+// fence seen at Prefix+"/fence", the fence zero-padded to 20 digits so that
+// etcd's byte-wise comparison orders it numerically. A fenced read or write
+// is one transaction: if the fence key is newer than the token, refuse; else
+// record the token (and, for a write, the value).
 type EtcdStore struct {
 	c        *clientv3.Client
 	value    string
@@ -43,7 +45,34 @@ func pad(f uint64) string { return fmt.Sprintf("%020d", f) }
 func (s *EtcdStore) Fenced() bool     { return s.fenced }
 func (s *EtcdStore) Rejected() uint64 { return s.rejected.Load() }
 
-func (s *EtcdStore) Read(ctx context.Context) (int64, error) {
+// newer is the condition under which a fenced operation with fence is stale.
+func (s *EtcdStore) newer(fence uint64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.Value(s.fence), ">", pad(fence))
+}
+
+func (s *EtcdStore) Read(ctx context.Context, fence uint64) (int64, error) {
+	var kvs []*mvccpb.KeyValue
+	if s.fenced {
+		resp, err := s.c.Txn(ctx).If(s.newer(fence)).
+			Else(clientv3.OpPut(s.fence, pad(fence)), clientv3.OpGet(s.value)).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("fencing: read counter %q: %w", s.prefix, err)
+		}
+		if resp.Succeeded {
+			s.rejected.Add(1)
+			return 0, stale("read", fence)
+		}
+		kvs = resp.Responses[1].GetResponseRange().Kvs
+	} else {
+		return s.Value(ctx)
+	}
+	if len(kvs) == 0 {
+		return 0, fmt.Errorf("fencing: counter %q is gone", s.prefix)
+	}
+	return strconv.ParseInt(string(kvs[0].Value), 10, 64)
+}
+
+func (s *EtcdStore) Value(ctx context.Context) (int64, error) {
 	resp, err := s.c.Get(ctx, s.value)
 	if err != nil {
 		return 0, fmt.Errorf("fencing: read counter %q: %w", s.prefix, err)
@@ -56,17 +85,19 @@ func (s *EtcdStore) Read(ctx context.Context) (int64, error) {
 
 func (s *EtcdStore) Write(ctx context.Context, value int64, fence uint64) error {
 	puts := []clientv3.Op{clientv3.OpPut(s.value, strconv.FormatInt(value, 10)), clientv3.OpPut(s.fence, pad(fence))}
-	txn := s.c.Txn(ctx)
-	if s.fenced {
-		txn = txn.If(clientv3.Compare(clientv3.Value(s.fence), "<", pad(fence)))
+	if !s.fenced {
+		if _, err := s.c.Txn(ctx).Then(puts...).Commit(); err != nil {
+			return fmt.Errorf("fencing: write counter %q: %w", s.prefix, err)
+		}
+		return nil
 	}
-	resp, err := txn.Then(puts...).Commit()
+	resp, err := s.c.Txn(ctx).If(s.newer(fence)).Else(puts...).Commit()
 	if err != nil {
 		return fmt.Errorf("fencing: write counter %q: %w", s.prefix, err)
 	}
-	if !resp.Succeeded {
+	if resp.Succeeded {
 		s.rejected.Add(1)
-		return stale(fence)
+		return stale("write", fence)
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table, name string, fe
 func (s *PostgresStore) Fenced() bool     { return s.fenced }
 func (s *PostgresStore) Rejected() uint64 { return s.rejected.Load() }
 
-func (s *PostgresStore) Read(ctx context.Context) (int64, error) {
+func (s *PostgresStore) Value(ctx context.Context) (int64, error) {
 	var v int64
 	err := s.pool.QueryRow(ctx, `SELECT value FROM `+s.table+` WHERE name = $1`, s.name).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -66,10 +66,26 @@ func (s *PostgresStore) Read(ctx context.Context) (int64, error) {
 	return v, err
 }
 
+func (s *PostgresStore) Read(ctx context.Context, fence uint64) (int64, error) {
+	if !s.fenced {
+		return s.Value(ctx)
+	}
+	var v int64
+	err := s.pool.QueryRow(ctx, `UPDATE `+s.table+` SET fence = $2 WHERE name = $1 AND fence <= $2 RETURNING value`, s.name, int64(fence)).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.rejected.Add(1)
+		return 0, stale("read", fence)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fencing: read counter %q: %w", s.name, err)
+	}
+	return v, nil
+}
+
 func (s *PostgresStore) Write(ctx context.Context, value int64, fence uint64) error {
 	q := `UPDATE ` + s.table + ` SET value = $1, fence = $2 WHERE name = $3`
 	if s.fenced {
-		q += ` AND fence < $2`
+		q += ` AND fence <= $2`
 	}
 	tag, err := s.pool.Exec(ctx, q, value, int64(fence), s.name)
 	if err != nil {
@@ -78,7 +94,7 @@ func (s *PostgresStore) Write(ctx context.Context, value int64, fence uint64) er
 	if tag.RowsAffected() == 0 {
 		if s.fenced {
 			s.rejected.Add(1)
-			return stale(fence)
+			return stale("write", fence)
 		}
 		return fmt.Errorf("fencing: counter %q is gone from %s", s.name, s.table)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,7 +32,8 @@ const (
 	// random worker for Pause, then SIGCONT; Pauses times.
 	PauseRandom = "pause-random"
 	// PauseTargeted: the same, but the victim is the worker holding the
-	// lock, so every pause lands inside a critical section.
+	// lock, stopped after it has read: every pause lands inside a critical
+	// section, between its read and its write.
 	PauseTargeted = "pause-targeted"
 	// StallInSection: every StallEvery-th critical section stops its whole
 	// worker process for Pause before its write, renewals included (the
@@ -299,7 +301,7 @@ loop:
 			switch e.Kind {
 			case "section":
 				rec.Add(*e.Section)
-			case "acquired":
+			case "read":
 				mu.Lock()
 				holding[e.Client] = true
 				mu.Unlock()
@@ -350,6 +352,13 @@ loop:
 		break
 	}
 	elapsed := rec.Now() - t0
+	if dir := cfg.Artifacts; dir != "" {
+		// The run's whole history, to replay or plot: every section and
+		// every pause, times in ns since the recorder's base (t0 = start).
+		b, _ := json.MarshalIndent(map[string]any{"key": r.key, "seed": seed, "t0_ns": t0, "sections": rec.Sections(), "pauses": injected}, "", " ")
+		name := strings.NewReplacer("/", "_", " ", "_").Replace(r.key) + ".json"
+		_ = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
 	var res checker.Result
 	if firstErr != nil {
 		res = checker.Result{Verdict: checker.Unknown, Reason: firstErr.Error()}

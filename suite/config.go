@@ -84,6 +84,10 @@ type Config struct {
 	// suite/local sets REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR and
 	// ETCDCTL_ENDPOINTS here. Default empty.
 	WorkerEnv []string
+	// Artifacts, if not empty, is a directory where each chaos run leaves its
+	// history as JSON (every critical section and every pause, with the
+	// seed). Default empty: none kept.
+	Artifacts string
 	// Report, if not nil, is called with every result, including skipped
 	// ones. Results are also attached to the Ginkgo report as entries named
 	// "locksuite".

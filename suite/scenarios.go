@@ -147,7 +147,7 @@ func requireFence(ctx context.Context, cfg Config, l backends.Locker) error {
 
 // finish reads the final counter and judges the history.
 func finish(ctx context.Context, s fencing.Store, rec *history.Recorder) checker.Result {
-	counter, err := s.Read(ctx)
+	counter, err := s.Value(ctx)
 	if err != nil {
 		return checker.Result{Verdict: checker.Unknown, Reason: fmt.Sprintf("reading the final counter: %v", err)}
 	}
@@ -319,7 +319,12 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 // judged but not asserted: for benchmarks and tools. A scenario that cannot
 // run against this Locker returns a row whose Verdict is report.Skipped, with
 // the reason, and a nil error.
+//
+// In a chaos worker process started by Run, Run for the worker's Config
+// serves as the worker and exits the process: a tool that calls Run must
+// build the same Config when it is run again as a worker.
 func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
+	serveIfWorker(&cfg)
 	if err := cfg.Validate(); err != nil {
 		return report.Row{}, err
 	}

@@ -96,6 +96,7 @@ func GinkgoTest(cfg *Config) {
 			publish(c, row)
 			Expect(row.Writes).To(BeNumerically(">", 0), "no client wrote anything in %v", c.Duration)
 			Expect(row.Verdict).To(Equal(report.Kept), "with no faults: %s", row.Reason)
+			Expect(row.Overlaps).To(BeZero(), "with no faults, %d acknowledged critical sections overlapped another: the lock was not exclusive, or the harness measures itself", row.Overlaps)
 		}, SpecTimeout(specTimeout))
 
 		It("catches a lock that grants to everyone (the harness's own control)", Label(Control), func(ctx SpecContext) {

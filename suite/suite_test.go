@@ -3,6 +3,7 @@ package suite_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
@@ -12,7 +13,9 @@ import (
 // starts itself (or takes from REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR,
 // ETCDCTL_ENDPOINTS). Unfenced, the pause scenarios must lose an update on
 // every backend (ExpectLoss): a lease alone does not protect a stalled
-// holder's write. Fenced, they must lose none.
+// holder's write. Fenced, they must lose none. The chaos scenarios run
+// worker processes (this test binary, run again) with 3 pauses each, so the
+// whole suite takes a few minutes.
 func TestSuite(t *testing.T) {
 	env, err := local.Start(context.Background(), local.Names)
 	if err != nil {
@@ -30,6 +33,8 @@ func TestSuite(t *testing.T) {
 		for _, fenced := range []bool{false, true} {
 			cfg := env.Config(n, fenced)
 			cfg.ExpectLoss = !fenced
+			cfg.Chaos.Pauses = 3
+			cfg.Chaos.Duration = 3 * time.Second
 			cfgs = append(cfgs, cfg)
 		}
 	}

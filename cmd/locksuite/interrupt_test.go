@@ -21,17 +21,39 @@ func TestMain(m *testing.M) {
 }
 
 // TestInterruptLeavesNothing interrupts a run (SIGINT, as Ctrl-C) while its
-// servers are up and its clients busy, and checks that it exits promptly
-// and that no server process it started and no directory it made is left.
+// servers are up and its clients busy, once in a baseline and once while a
+// chaos worker is stopped (SIGSTOP) by a pause, and checks that it exits
+// promptly and that no server or worker process it started (stopped or not)
+// and no directory it made is left.
 func TestInterruptLeavesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real servers")
 	}
+	t.Run("baseline", func(t *testing.T) {
+		interrupt(t, 3, false, "run", "--backends", "redis,postgres,consul,etcd", "--scenarios", "baseline", "--duration", "30s")
+	})
+	t.Run("during a pause", func(t *testing.T) {
+		// The first pause starts 0.5s after the workers and lasts 4s.
+		interrupt(t, 4, true, "run", "--backends", "redis", "--scenarios", "pause-targeted", "--fencing", "off", "--pause", "4s", "--pauses", "1")
+	})
+}
+
+// stopped reports whether process pid is in state T (stopped).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] == "T"
+}
+
+func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) {
 	tmp := t.TempDir()
 	// Postgres runs as the postgres user, which must reach its directory.
 	os.Chmod(tmp, 0o755)
 	os.Chmod(filepath.Dir(tmp), 0o755)
-	cmd := exec.Command(os.Args[0], "run", "--backends", "redis,postgres,consul,etcd", "--scenarios", "baseline", "--duration", "30s")
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "LOCKSUITE_TEST_AS_CLI=1", "TMPDIR="+tmp)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -57,10 +79,21 @@ func TestInterruptLeavesNothing(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("servers not ready after 60s:\n%s", log.String())
 	}
-	time.Sleep(time.Second) // clients are mid-run
+	time.Sleep(2 * time.Second) // clients are mid-run, a worker mid-pause
 	children := childPIDs(cmd.Process.Pid)
-	if len(children) < 3 {
-		t.Fatalf("expected redis, postgres and consul child processes, found %v\n%s", children, log.String())
+	if len(children) < minChildren {
+		t.Fatalf("expected at least %d child processes (servers, workers), found %v\n%s", minChildren, children, log.String())
+	}
+	if wantStopped {
+		n := 0
+		for _, pid := range children {
+			if stopped(pid) {
+				n++
+			}
+		}
+		if n == 0 {
+			t.Fatalf("no child is stopped: the interrupt would not fall during a pause\n%s", log.String())
+		}
 	}
 	t0 := time.Now()
 	cmd.Process.Signal(os.Interrupt)

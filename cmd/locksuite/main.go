@@ -34,9 +34,10 @@ when its holder pauses past its lease.
 
 Usage:
   locksuite run [flags]     run the suite and print a result table
+  locksuite sweep [flags]   lost updates over leases × pause lengths for one backend
   locksuite help            show this text
 
-Run 'locksuite run --help' for the flags of run.
+Run 'locksuite run --help' or 'locksuite sweep --help' for their flags.
 
 Exit status: 0 when every fenced configuration kept the counter invariant, every
 baseline kept it and every control was caught; 1 when one did not (a finding);
@@ -58,8 +59,13 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "run":
-		err := run(args[1:], stdout, stderr)
+	case "run", "sweep":
+		var err error
+		if args[0] == "run" {
+			err = run(args[1:], stdout, stderr)
+		} else {
+			err = sweep(args[1:], stdout, stderr)
+		}
 		var ue *usageError
 		switch {
 		case err == nil:
@@ -97,6 +103,17 @@ type options struct {
 	duration  time.Duration
 	clients   int
 	log       string
+
+	artifacts     string
+	store         string
+	interval      time.Duration
+	stallEvery    int
+	longLease     time.Duration
+	workers       int
+	pause         time.Duration
+	pauses        int
+	seed          uint64
+	chaosDuration time.Duration
 }
 
 func parseList(flagName, v string, allowed []string) ([]string, error) {
@@ -134,6 +151,16 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "how long the baseline and the control run")
 	fs.IntVar(&o.clients, "clients", 3, "concurrent clients in the baseline and the control")
+	fs.StringVar(&o.artifacts, "artifacts", "", "keep each chaos run's history (sections, pauses, seed) as JSON in `DIR`")
+	fs.StringVar(&o.store, "store", "", "counter store: postgres (the guide's) or etcd (default: postgres when it is among the backends, else the embedded etcd)")
+	fs.DurationVar(&o.interval, "interval", 0, "time between chaos pauses (default 500ms)")
+	fs.IntVar(&o.stallEvery, "stall-every", 0, "every Nth critical section stalls in the stall scenarios (default 10)")
+	fs.DurationVar(&o.longLease, "long-lease", 0, "lease of the long-lease scenario (default 2.5 × --pause)")
+	fs.IntVar(&o.workers, "workers", 0, "chaos worker processes (default 3)")
+	fs.DurationVar(&o.pause, "pause", 0, "chaos pause and stall length (default per backend: redis, postgres 500ms; consul 800ms; etcd 2s)")
+	fs.IntVar(&o.pauses, "pauses", 0, "process pauses per pause scenario (default per backend: 4; etcd 3)")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the fault schedule (default random; every row prints its seed)")
+	fs.DurationVar(&o.chaosDuration, "chaos-duration", 0, "how long chaos workers run (default per backend: 5s; consul 6s; etcd 8s; at least the pauses' schedule)")
 	fs.StringVar(&o.log, "log", "", "write the Ginkgo spec log to `FILE` (default: a temporary file, named at the end)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: locksuite run [flags]
@@ -181,6 +208,20 @@ Flags:
 		return o, &usageError{fmt.Sprintf("--duration %v: it must be positive", o.duration)}
 	case o.clients < 2:
 		return o, &usageError{fmt.Sprintf("--clients %d: at least 2 clients are needed to contend", o.clients)}
+	case o.workers < 0 || o.workers == 1:
+		return o, &usageError{fmt.Sprintf("--workers %d: at least 2 workers are needed to contend", o.workers)}
+	case o.pause < 0:
+		return o, &usageError{fmt.Sprintf("--pause %v: it must be positive", o.pause)}
+	case o.pauses < 0:
+		return o, &usageError{fmt.Sprintf("--pauses %d: it must not be negative", o.pauses)}
+	case o.store != "" && o.store != "postgres" && o.store != "etcd":
+		return o, &usageError{fmt.Sprintf("--store %q: choose postgres or etcd", o.store)}
+	case o.interval < 0 || o.stallEvery < 0:
+		return o, &usageError{fmt.Sprintf("--interval %v and --stall-every %d must not be negative", o.interval, o.stallEvery)}
+	case o.longLease < 0:
+		return o, &usageError{fmt.Sprintf("--long-lease %v: it must be positive", o.longLease)}
+	case o.chaosDuration < 0:
+		return o, &usageError{fmt.Sprintf("--chaos-duration %v: it must be positive", o.chaosDuration)}
 	}
 	return o, nil
 }
@@ -194,7 +235,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 
 	t0 := time.Now()
-	env, err := local.Start(ctx, o.backends)
+	var lopts []local.Option
+	if o.store != "" {
+		lopts = append(lopts, local.WithStore(o.store))
+	}
+	env, err := local.Start(ctx, o.backends, lopts...)
 	if err != nil {
 		return err
 	}
@@ -220,6 +265,29 @@ func run(args []string, stdout, stderr io.Writer) error {
 				cfg.Lease = o.lease
 			}
 			cfg.Duration, cfg.Clients = o.duration, o.clients
+			cfg.Artifacts = o.artifacts
+			if o.workers > 0 {
+				cfg.Chaos.Workers = o.workers
+			}
+			if o.pause > 0 {
+				cfg.Chaos.Pause = o.pause
+			}
+			if o.pauses > 0 {
+				cfg.Chaos.Pauses = o.pauses
+			}
+			if o.chaosDuration > 0 {
+				cfg.Chaos.Duration = o.chaosDuration
+			}
+			if o.interval > 0 {
+				cfg.Chaos.Interval = o.interval
+			}
+			if o.stallEvery > 0 {
+				cfg.Chaos.StallEvery = o.stallEvery
+			}
+			if o.longLease > 0 {
+				cfg.Chaos.LongLease = o.longLease
+			}
+			cfg.Chaos.Seed = o.seed
 			// Unfenced, a lease lock is expected to lose the stalled holder's
 			// update: the spec asserts that, and the table shows it.
 			cfg.ExpectLoss = !f

@@ -3,11 +3,16 @@
 //
 // The invariant is about the data, not the lock: every write the store
 // accepted must be in the final counter, once. Lost updates are
-// accepted writes − counter. A second, independent figure helps diagnose:
-// Overlaps counts accepted sections whose time span intersects another
-// accepted section's, that is, writes made while the lock was not exclusive.
-// A rejected (stale) write is not counted there: the store refused it, so it
-// could not corrupt anything.
+// accepted writes − counter, and the verdict rests on them alone.
+//
+// A second, independent figure helps diagnose: Overlaps counts accepted
+// sections whose time span intersects another accepted section's, that is,
+// writes made while the lock was not exclusive. It is not part of the
+// verdict: a section ends when its write's reply arrives, so a holder stopped
+// after the store applied its write but before it read the reply has a long
+// section that overlaps the next holder's although nothing went wrong. With
+// no faults at all it must be 0 (the suite's baseline asserts that).
+// A rejected (stale) section is not counted: the store refused it.
 package checker
 
 import (
@@ -45,8 +50,7 @@ type Result struct {
 
 // Check judges sections against the final counter of a counter that started
 // at 0. Ambiguous (Failed) writes may each have been applied or not: the run
-// is Kept if the counter is between Writes and Writes + Failed and no accepted
-// sections overlap.
+// is Kept if the counter is between Writes and Writes + Failed.
 func Check(secs []history.Section, counter int64) Result {
 	r := Result{Counter: counter}
 	var accepted []history.Section
@@ -71,9 +75,6 @@ func Check(secs []history.Section, counter int64) Result {
 	case counter > int64(r.Writes+r.Failed):
 		r.Verdict = Broken
 		r.Reason = fmt.Sprintf("%d writes reported (%d ambiguous), counter is %d: writes appeared that no client made", r.Writes, r.Failed, counter)
-	case r.Overlaps > 0:
-		r.Verdict = Broken
-		r.Reason = fmt.Sprintf("%d writes reported, counter is %d, but %d accepted critical sections overlapped another", r.Writes, counter, r.Overlaps)
 	}
 	if r.Overlaps > 0 && r.Verdict == Broken && r.Lost > 0 {
 		r.Reason += fmt.Sprintf(" (%d overlapping sections)", r.Overlaps)

@@ -20,6 +20,9 @@ import (
 type Hooks struct {
 	// Acquired runs right after Acquire returned, with the lease's fence.
 	Acquired func(fence uint64)
+	// Read runs after the read succeeded: from here to the write, a stall
+	// that outlives the lease loses the updates made meanwhile.
+	Read func()
 	// BeforeWrite runs between the work and the write: where a stall hurts.
 	BeforeWrite func(ctx context.Context)
 	// Released runs after Release.
@@ -29,7 +32,7 @@ type Hooks struct {
 // Increment runs one critical section of client id: it acquires l, reads s,
 // waits work, writes read+1 with the lease's fence, and releases.
 //
-// On a stale write (fencing.ErrStale) the section is recorded as Rejected and
+// On a stale read or write (fencing.ErrStale) the section is recorded as Rejected and
 // Increment returns fencing.ErrStale: the caller must acquire, read and
 // compute again, never replay the value.
 func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, rec *history.Recorder, work time.Duration, h Hooks) error {
@@ -54,11 +57,18 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 			h.Released()
 		}
 	}()
-	v, err := s.Read(ctx)
+	v, err := s.Read(ctx, lease.Fence())
+	if errors.Is(err, fencing.ErrStale) {
+		sec.End, sec.Outcome = rec.Now(), history.Rejected
+		return fencing.ErrStale
+	}
 	if err != nil {
 		return fmt.Errorf("client %d: read: %w", id, err)
 	}
 	sec.Read = v
+	if h.Read != nil {
+		h.Read()
+	}
 	if work > 0 {
 		select {
 		case <-time.After(work):

@@ -55,7 +55,7 @@ type Spec struct {
 	Store    string        `json:"store"`
 	Fenced   bool          `json:"fenced"`
 	Work     time.Duration `json:"work"`
-	Base     time.Duration `json:"base"`  // history.Clock reading of time zero
+	Base     time.Duration `json:"base"` // history.Clock reading of time zero
 	// Every StallEvery-th critical section stalls for Stall before its
 	// write, in StallMode. 0: never.
 	StallEvery int           `json:"stall_every"`
@@ -78,7 +78,7 @@ func FromEnv() (Spec, bool, error) {
 
 // Event is one line a worker reports.
 type Event struct {
-	Kind     string           `json:"kind"` // ready, acquired, released, section, stall, done, error
+	Kind     string           `json:"kind"` // ready, read (holds the lock and has read), released, section, stall, done, error
 	Client   int              `json:"client"`
 	T        time.Duration    `json:"t"` // since Base
 	Fence    uint64           `json:"fence,omitempty"`
@@ -122,7 +122,7 @@ func Serve(spec Spec, l backends.Locker, s fencing.Store) error {
 	defer cancel()
 	writes, n := 0, 0
 	hooks := load.Hooks{
-		Acquired: func(f uint64) { emit(Event{Kind: "acquired", T: rec.Now(), Fence: f}) },
+		Read:     func() { emit(Event{Kind: "read", T: rec.Now()}) },
 		Released: func() { emit(Event{Kind: "released", T: rec.Now()}) },
 		BeforeWrite: func(ctx context.Context) {
 			if spec.StallEvery <= 0 || n%spec.StallEvery != 0 {

@@ -82,18 +82,43 @@ type Env struct {
 	etcd  *clientv3.Client
 }
 
+// Option changes what Start provides.
+type Option func(*options)
+
+type options struct{ store string }
+
+// WithStore picks the counter store: "postgres" (the reference guide's) or
+// "etcd". Default: Postgres when it is among the backends, else etcd.
+func WithStore(name string) Option { return func(o *options) { o.store = name } }
+
 // Start provides each named backend, and the counter store: Postgres if it
-// is among names (or named by DATABASE_URL/PG*), else etcd, which is always
-// available embedded. A backend that cannot be had is recorded in
-// Unavailable, not returned as an error; the error is for the store.
-func Start(ctx context.Context, names []string) (*Env, error) {
+// is among names (or named by DATABASE_URL/PG*) or asked for with WithStore,
+// else etcd, which is always available embedded. A backend that cannot be
+// had is recorded in Unavailable, not returned as an error; the error is for
+// the store.
+func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.store != "" && o.store != "postgres" && o.store != "etcd" {
+		return nil, fmt.Errorf("local: unknown store %q: choose postgres or etcd", o.store)
+	}
 	e := &Env{endpoint: map[string]string{}, Unavailable: map[string]error{}}
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
 	}
-	if want["postgres"] {
+	if want["postgres"] || o.store == "postgres" {
 		e.provide(ctx, "postgres")
+	}
+	if o.store == "postgres" && e.endpoint["postgres"] == "" {
+		err := e.Unavailable["postgres"]
+		e.Close()
+		return nil, fmt.Errorf("local: counter store: %v", err)
+	}
+	if o.store == "etcd" {
+		want["etcd"] = true
 	}
 	if !want["etcd"] && e.endpoint["postgres"] == "" {
 		want["etcd"] = true // the store without Postgres
@@ -103,7 +128,7 @@ func Start(ctx context.Context, names []string) (*Env, error) {
 			e.provide(ctx, n)
 		}
 	}
-	if dsn := e.endpoint["postgres"]; dsn != "" {
+	if dsn := e.endpoint["postgres"]; dsn != "" && o.store != "etcd" {
 		pool, err := pgxpool.New(ctx, dsn)
 		if err != nil {
 			e.Close()

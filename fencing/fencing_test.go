@@ -1,0 +1,104 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/servers"
+)
+
+// TestStores runs the same table against a real Postgres and a real
+// (embedded) etcd: each step is an operation with a token and the outcome a
+// fenced and an unfenced store must give.
+func TestStores(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	ctx := context.Background()
+	pg, err := servers.StartPostgres(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Stop()
+	pool, err := pgxpool.New(ctx, pg.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	et, err := servers.StartEtcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer et.Stop()
+	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{et.Endpoint()}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	open := map[string]func(name string, fenced bool) (fencing.Store, error){
+		"postgres": func(name string, fenced bool) (fencing.Store, error) {
+			return fencing.NewPostgres(ctx, pool, "", name, fenced)
+		},
+		"etcd": func(name string, fenced bool) (fencing.Store, error) { return fencing.NewEtcd(ctx, ec, name, fenced) },
+	}
+	type step struct {
+		op     string // "read" or "write"
+		fence  uint64
+		value  int64 // for writes
+		stale  bool  // fenced outcome
+		result int64 // counter after the step, fenced
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"holders in order", []step{{"read", 1, 0, false, 0}, {"write", 1, 1, false, 1}, {"read", 2, 0, false, 1}, {"write", 2, 2, false, 2}}},
+		{"late write after a newer write is refused", []step{{"read", 1, 0, false, 0}, {"read", 2, 0, false, 0}, {"write", 2, 1, false, 1}, {"write", 1, 1, true, 1}}},
+		// The window of write-only fencing: the old holder writes between
+		// the new holder's read and write.
+		{"late write after a newer read is refused", []step{{"read", 1, 0, false, 0}, {"read", 2, 0, false, 0}, {"write", 1, 1, true, 0}, {"write", 2, 1, false, 1}}},
+		{"late read after a newer read is refused", []step{{"read", 2, 0, false, 0}, {"read", 1, 0, true, 0}}},
+	} {
+		for backend, mk := range open {
+			t.Run(backend+"/"+tc.name, func(t *testing.T) {
+				for _, fenced := range []bool{true, false} {
+					s, err := mk(fmt.Sprintf("locksuite/test/%s/%v", t.Name(), fenced), fenced)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer s.Close(ctx)
+					rejected := uint64(0)
+					for i, st := range tc.steps {
+						if st.op == "read" {
+							_, err = s.Read(ctx, st.fence)
+						} else {
+							err = s.Write(ctx, st.value, st.fence)
+						}
+						wantStale := fenced && st.stale
+						if errors.Is(err, fencing.ErrStale) != wantStale || (err != nil && !errors.Is(err, fencing.ErrStale)) {
+							t.Fatalf("fenced=%v step %d %+v: err %v, want stale=%v", fenced, i, st, err, wantStale)
+						}
+						if wantStale {
+							rejected++
+						}
+						if fenced {
+							if v, _ := s.Value(ctx); v != st.result {
+								t.Fatalf("fenced step %d %+v: counter %d, want %d", i, st, v, st.result)
+							}
+						}
+					}
+					if s.Rejected() != rejected {
+						t.Errorf("fenced=%v: Rejected() = %d, want %d", fenced, s.Rejected(), rejected)
+					}
+				}
+			})
+		}
+	}
+}
