@@ -98,7 +98,26 @@ func (l *locker) Describe() string {
 	return fmt.Sprintf("Consul session TTL %v (LockDelay 0, release) renewed every TTL/2, KV acquire, fence = ModifyIndex", l.ttl)
 }
 
+// Acquire tries until it holds the lock or ctx is done. A client stalled while
+// it waited can find its session invalidated ("invalid session"): it starts
+// over with a new session.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	for {
+		lease, err := l.attempt(ctx)
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return lease, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// retryable: the attempt's own session was invalidated before the grant.
+func retryable(err error) bool { return strings.Contains(err.Error(), "invalid session") }
+
+func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	if l.closed.Load() {
 		return nil, backends.ErrClosed
 	}

@@ -94,7 +94,26 @@ func (l *locker) Describe() string {
 	return fmt.Sprintf("etcd lease TTL %ds with keep-alive, txn on create revision, fence = create revision", l.ttl)
 }
 
+// Acquire tries until it holds the lock or ctx is done. A client stalled while
+// it waited can find its lease expired ("requested lease not found"): it
+// starts over with a new lease.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	for {
+		lease, err := l.attempt(ctx)
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return lease, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// retryable: the attempt's own lease expired before the grant.
+func retryable(err error) bool { return isLeaseNotFound(err) }
+
+func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	if l.closed.Load() {
 		return nil, backends.ErrClosed
 	}

@@ -18,8 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,7 +115,39 @@ func (l *locker) Describe() string {
 	return fmt.Sprintf("Postgres pg_advisory_lock, idle_session_timeout %v, keep-alive every %v, fence = nextval", l.lease, l.lease/3)
 }
 
+// Acquire tries until it holds the lock or ctx is done. A client stalled
+// between connecting and asking finds its session ended by
+// idle_session_timeout (57P05), or terminated (57P01), or its dial timed
+// out: nothing was granted, and it starts over on a new connection. Other
+// errors (authentication, a missing database) are returned at once.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	for {
+		lease, err := l.attempt(ctx)
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return lease, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// retryable: the attempt's session ended before the grant, or its connect
+// timed out (a client stalled mid-dial wakes past its deadline).
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P05" || pe.Code == "57P01"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed")
+}
+
+func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	if l.closed.Load() {
 		return nil, backends.ErrClosed
 	}
