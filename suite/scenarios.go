@@ -17,6 +17,7 @@ import (
 	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/worker"
 )
 
 // Scenario names, as used in labels, results and the CLI's --scenarios.
@@ -325,6 +326,9 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 // build the same Config when it is run again as a worker.
 func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 	serveIfWorker(&cfg)
+	if spec, ok, _ := worker.FromEnv(); ok {
+		return report.Row{}, fmt.Errorf("suite: this process is a worker for %q, not for %q", spec.Target, target(&cfg))
+	}
 	if err := cfg.Validate(); err != nil {
 		return report.Row{}, err
 	}

@@ -32,6 +32,17 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "--clients", "1"}, "at least 2 clients"},
 		{[]string{"run", "--lease", "soon"}, `invalid value "soon" for flag -lease`},
 		{[]string{"run", "extra"}, `unexpected argument "extra"`},
+		{[]string{"run", "--store", "sqlite"}, `--store "sqlite": choose postgres or etcd`},
+		{[]string{"run", "--workers", "1"}, "--workers 1: at least 2 workers"},
+		{[]string{"run", "--pause", "-5ms"}, "--pause -5ms: it must be positive"},
+		{[]string{"run", "--pauses", "-1"}, "--pauses -1: it must not be negative"},
+		{[]string{"run", "--stall-every", "-2"}, "must not be negative"},
+		{[]string{"run", "--long-lease", "-1s"}, "--long-lease -1s: it must be positive"},
+		{[]string{"run", "--seed", "abc"}, `invalid value "abc" for flag -seed`},
+		{[]string{"sweep", "--backend", "zookeeper"}, `--backend: unknown "zookeeper"`},
+		{[]string{"sweep", "--leases", "0s"}, `--leases: "0s" is not a positive duration`},
+		{[]string{"sweep", "--pauses", "soon"}, `--pauses: "soon" is not a positive duration`},
+		{[]string{"sweep", "--count", "0"}, "--count 0: at least one pause per cell"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer
