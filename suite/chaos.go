@@ -336,8 +336,12 @@ loop:
 	stopInj()
 	injWG.Wait()
 	stallWG.Wait()
+	grace := 3 * time.Second
+	if firstErr != nil {
+		grace = 0 // interrupted or failed: the workers' work is moot
+	}
 	for _, p := range procs {
-		p.End(3 * time.Second)
+		p.End(grace)
 	}
 	// Sections still in the pipes.
 	for {
