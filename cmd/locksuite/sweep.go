@@ -122,9 +122,8 @@ Flags:
 			}
 		}
 	}
+	fmt.Fprintf(stdout, "lost updates: %s, %d targeted pauses per cell, fencing %v\n", *backend, *count, *fenced)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "lost updates: %s, %d targeted pauses per cell, fencing %v\t", *backend, *count, *fenced)
-	fmt.Fprintln(tw)
 	fmt.Fprint(tw, "lease \\ pause\t")
 	for _, p := range pauses {
 		fmt.Fprintf(tw, "%v\t", p)
