@@ -42,8 +42,12 @@ type Result struct {
 	Counter  int64 // the final counter
 	Lost     int64 // Writes − Counter (negative: writes appeared from nowhere)
 	Overlaps int   // accepted sections overlapping another accepted section
-	Rejected int   // stale writes the store refused
+	Rejected int   // stale reads and writes the store refused
 	Failed   int   // ambiguous writes (error: may or may not be applied)
+	// Replayed counts sections that followed a rejection of the same client
+	// without a new acquisition and a new read: a holder that retried its
+	// stale write. The worker rule forbids it; it makes the run Broken.
+	Replayed int
 	Verdict  Verdict
 	Reason   string // why Broken or Unknown; empty when Kept
 }
@@ -65,6 +69,7 @@ func Check(secs []history.Section, counter int64) Result {
 			r.Failed++
 		}
 	}
+	r.Replayed = replays(secs)
 	r.Lost = int64(r.Writes) - counter
 	r.Overlaps = overlaps(accepted)
 	r.Verdict = Kept
@@ -75,6 +80,9 @@ func Check(secs []history.Section, counter int64) Result {
 	case counter > int64(r.Writes+r.Failed):
 		r.Verdict = Broken
 		r.Reason = fmt.Sprintf("%d writes reported (%d ambiguous), counter is %d: writes appeared that no client made", r.Writes, r.Failed, counter)
+	case r.Replayed > 0:
+		r.Verdict = Broken
+		r.Reason = fmt.Sprintf("%d sections retried a rejected write without acquiring and reading again", r.Replayed)
 	}
 	if r.Overlaps > 0 && r.Verdict == Broken && r.Lost > 0 {
 		r.Reason += fmt.Sprintf(" (%d overlapping sections)", r.Overlaps)
@@ -105,6 +113,26 @@ func overlaps(secs []history.Section) int {
 		if m {
 			n++
 		}
+	}
+	return n
+}
+
+// replays counts, per client, sections after a Rejected one that did not
+// start with a new acquisition (Asked before the rejection's End) or that
+// wrote something other than their own read + 1.
+func replays(secs []history.Section) int {
+	last := map[int]*history.Section{}
+	s := append([]history.Section(nil), secs...)
+	sortByStart(s)
+	n := 0
+	for i := range s {
+		c := &s[i]
+		if p := last[c.Client]; p != nil && p.Outcome == history.Rejected {
+			if c.Asked < p.End || (c.Outcome == history.Accepted && c.Wrote != c.Read+1) {
+				n++
+			}
+		}
+		last[c.Client] = c
 	}
 	return n
 }

@@ -30,6 +30,11 @@ func TestCheck(t *testing.T) {
 		{"the guide's paused holder, fenced", []history.Section{sec(0, 0, 300, R), sec(1, 200, 220, A)}, 1, Kept, 0, 0, ""},
 		{"overlap without loss is diagnosed, not a violation", []history.Section{sec(0, 0, 10, A), sec(1, 5, 15, A)}, 2, Kept, 0, 2, ""},
 		{"counter above writes", []history.Section{sec(0, 0, 10, A)}, 2, Broken, -1, 0, "appeared"},
+		{"a rejected holder that writes again without a new read", []history.Section{
+			{Client: 0, Asked: 0, Start: 0, End: 300 * time.Millisecond, Read: 0, Wrote: 1, Outcome: R},
+			{Client: 1, Asked: 200 * time.Millisecond, Start: 200 * time.Millisecond, End: 220 * time.Millisecond, Read: 0, Wrote: 1, Outcome: A},
+			{Client: 0, Asked: 250 * time.Millisecond, Start: 310 * time.Millisecond, End: 320 * time.Millisecond, Read: 1, Wrote: 1, Outcome: A},
+		}, 2, Broken, 0, 0, "retried a rejected write"},
 		{"ambiguous write applied", []history.Section{sec(0, 0, 10, A), sec(1, 10, 20, F)}, 2, Kept, -1, 0, ""},
 		{"ambiguous write not applied", []history.Section{sec(0, 0, 10, A), sec(1, 10, 20, F)}, 1, Kept, 0, 0, ""},
 	} {
