@@ -18,8 +18,6 @@ import (
 // Hooks let a caller act at points of a critical section: to inject a fault
 // or to report progress. Nil fields are skipped.
 type Hooks struct {
-	// Acquired runs right after Acquire returned, with the lease's fence.
-	Acquired func(fence uint64)
 	// Read runs after the read succeeded: from here to the write, a stall
 	// that outlives the lease loses the updates made meanwhile.
 	Read func()
@@ -42,9 +40,6 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 		return err
 	}
 	sec := history.Section{Client: id, Asked: asked, Start: rec.Now(), Fence: lease.Fence(), Outcome: history.Aborted}
-	if h.Acquired != nil {
-		h.Acquired(sec.Fence)
-	}
 	defer func() {
 		if sec.End == 0 {
 			sec.End = rec.Now()

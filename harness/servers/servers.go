@@ -9,7 +9,6 @@ package servers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -180,8 +179,6 @@ func lookPath(bin string, dirs ...string) (string, error) {
 	}
 	return "", fmt.Errorf("%s not found in PATH or %s", bin, strings.Join(dirs, ", "))
 }
-
-var errNotStarted = errors.New("not started")
 
 // external is a server the user named; Stop leaves it alone.
 type external struct{ name, endpoint string }

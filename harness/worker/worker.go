@@ -81,7 +81,6 @@ type Event struct {
 	Kind     string           `json:"kind"` // ready, read (holds the lock and has read), released, section, stall, done, error
 	Client   int              `json:"client"`
 	T        time.Duration    `json:"t"` // since Base
-	Fence    uint64           `json:"fence,omitempty"`
 	Section  *history.Section `json:"section,omitempty"`
 	Writes   int              `json:"writes,omitempty"`
 	Rejected uint64           `json:"rejected,omitempty"`
