@@ -98,6 +98,8 @@ type options struct {
 	scenarios []string
 	fencing   []bool
 	json      string
+	markdown  string
+	junit     string
 	repeat    int
 	lease     time.Duration
 	duration  time.Duration
@@ -147,6 +149,8 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`")
+	fs.StringVar(&o.markdown, "markdown", "", "also write the rows as a Markdown table to `FILE` (for a pull-request comment)")
+	fs.StringVar(&o.junit, "junit", "", "also write Ginkgo's JUnit XML report to `FILE`")
 	fs.IntVar(&o.repeat, "repeat", 1, "run each scenario `N` times and summarize the verdicts")
 	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "how long the baseline and the control run")
@@ -319,6 +323,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--json: %w", err)
 		}
 	}
+	if o.markdown != "" {
+		f, err := os.Create(o.markdown)
+		if err != nil {
+			return fmt.Errorf("--markdown: %w", err)
+		}
+		err = report.WriteMarkdown(f, rows)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("--markdown: %w", err)
+		}
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted")
 	}
@@ -386,6 +403,7 @@ func runSpecs(o options) error {
 	sc.LabelFilter = strings.Join(labels, " || ")
 	sc.RandomizeAllSpecs = false
 	rc.NoColor = true
+	rc.JUnitReport = o.junit
 	rc.Verbose = true
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	t := &tb{}

@@ -73,7 +73,9 @@ func TestUnreachableBackend(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "r.json")
 	var out, errb bytes.Buffer
 	start := time.Now()
-	code := cli([]string{"run", "--backends", "redis,etcd", "--scenarios", "deterministic-pause", "--fencing", "on", "--json", jsonPath}, &out, &errb)
+	mdPath, junitPath := filepath.Join(t.TempDir(), "r.md"), filepath.Join(t.TempDir(), "junit.xml")
+	code := cli([]string{"run", "--backends", "redis,etcd", "--scenarios", "deterministic-pause", "--fencing", "on",
+		"--json", jsonPath, "--markdown", mdPath, "--junit", junitPath}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d, want 0 (a missing backend is reported, not a finding)\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
@@ -94,6 +96,14 @@ func TestUnreachableBackend(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "redis unavailable") {
 		t.Errorf("stderr does not report redis: %s", errb.String())
+	}
+	md, _ := os.ReadFile(mdPath)
+	if !strings.Contains(string(md), "| etcd | on | deterministic-pause | 1 | 1 | 0 |") || !strings.Contains(string(md), "| redis | on | deterministic-pause |") {
+		t.Errorf("markdown report lacks the etcd and redis rows:\n%s", md)
+	}
+	junit, _ := os.ReadFile(junitPath)
+	if !strings.Contains(string(junit), "<testsuites") || !strings.Contains(string(junit), "deterministic-pause") {
+		t.Errorf("JUnit report %s lacks the suite or the spec:\n%.500s", junitPath, junit)
 	}
 	t.Logf("whole run %v", time.Since(start).Round(time.Millisecond))
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -150,4 +151,29 @@ func WriteSummary(w io.Writer, rows []Row) error {
 			a.runs, a.kept, a.broken, a.unknown, a.skipped, a.lost, a.maxMS, a.reason)
 	}
 	return tw.Flush()
+}
+
+// WriteMarkdown writes rows as a Markdown table, for a pull-request comment:
+// one line per result, verdicts in words, the reason where it is not kept.
+func WriteMarkdown(w io.Writer, rows []Row) error {
+	if _, err := fmt.Fprintln(w, "| backend | fencing | scenario | writes | counter | lost | overlaps | rejected | verdict |\n|---|---|---|---:|---:|---:|---:|---:|---|"); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		v := r.Verdict
+		switch r.Verdict {
+		case Broken:
+			v = "**broken**"
+		case Unknown:
+			v = "*unknown*"
+		}
+		if r.Reason != "" && r.Verdict != Kept {
+			v += ": " + strings.ReplaceAll(r.Reason, "|", "\\|")
+		}
+		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %d | %d | %d | %s |\n", r.Backend, onOff(r.Fencing), r.Scenario,
+			r.Writes, r.Counter, r.Lost, r.Overlaps, r.Rejected, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
