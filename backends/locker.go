@@ -125,3 +125,12 @@ func ExpiryOf(l Locker) (time.Duration, bool) {
 type Freezer interface {
 	Freeze() (thaw func())
 }
+
+// Cleaner is an optional capability of a Locker that leaves state on the
+// server after its leases are released (a fence counter, a key, a sequence).
+// Cleanup removes that state, and only that: the suite calls it once per
+// lock, on one client, after every other client of the lock was closed and
+// before this one is, so that a run leaves a shared server as it found it.
+type Cleaner interface {
+	Cleanup(ctx context.Context) error
+}

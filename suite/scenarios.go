@@ -100,8 +100,15 @@ func (r *run) close() {
 			p.Thaw()
 		}
 	}
-	for _, l := range r.lockers {
-		_ = l.Close()
+	// What the lock left on the server (fence counters, keys, sequences):
+	// the first client cleans for all, once the others are closed.
+	for i := len(r.lockers) - 1; i >= 0; i-- {
+		if c, ok := r.lockers[i].(backends.Cleaner); ok && i == 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = c.Cleanup(ctx)
+			cancel()
+		}
+		_ = r.lockers[i].Close()
 	}
 	for _, p := range r.proxies {
 		if p != nil {

@@ -237,3 +237,16 @@ func (s *lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+var _ backends.Cleaner = (*locker)(nil)
+
+// Cleanup deletes the lock's KV key if no session holds it (a check-and-set
+// on its current ModifyIndex, so a holder's key is never removed).
+func (l *locker) Cleanup(ctx context.Context) error {
+	p, _, err := l.c.KV().Get(l.key, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || p == nil || p.Session != "" {
+		return err
+	}
+	_, _, err = l.c.KV().DeleteCAS(p, (&api.WriteOptions{}).WithContext(ctx))
+	return err
+}

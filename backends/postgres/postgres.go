@@ -267,3 +267,20 @@ func (s *lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+var _ backends.Cleaner = (*locker)(nil)
+
+// Cleanup drops the lock's fence sequence (and nothing else: the advisory
+// lock itself leaves no state).
+func (l *locker) Cleanup(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, l.cfg)
+	if err != nil {
+		return fmt.Errorf("postgres: cleanup: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "DROP SEQUENCE IF EXISTS "+pgx.Identifier{l.seq}.Sanitize()); err != nil {
+		return fmt.Errorf("postgres: cleanup: drop sequence %s: %w", l.seq, err)
+	}
+	l.seqOK.Store(false)
+	return nil
+}

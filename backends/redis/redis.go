@@ -169,3 +169,14 @@ func (s *lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+var _ backends.Cleaner = (*locker)(nil)
+
+// Cleanup deletes the lock's fence counter. The lock key needs nothing: a
+// released lease deleted it, an expired one is gone.
+func (l *locker) Cleanup(ctx context.Context) error {
+	if err := l.c.Del(ctx, l.key+":fence").Err(); err != nil {
+		return fmt.Errorf("redis: cleanup %s: %w", l.key, err)
+	}
+	return nil
+}
