@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/retry"
 )
 
 // Config describes one client of one Consul lock.
@@ -102,16 +103,7 @@ func (l *locker) Describe() string {
 // it waited can find its session invalidated ("invalid session"): it starts
 // over with a new session.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	for {
-		lease, err := l.attempt(ctx)
-		if err == nil || ctx.Err() != nil || !retryable(err) {
-			return lease, err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return retry.Acquire(ctx, l.attempt, retryable)
 }
 
 // retryable: the attempt's own session was invalidated before the grant.

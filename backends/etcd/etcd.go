@@ -22,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/retry"
 )
 
 // Config describes one client of one etcd lock.
@@ -98,16 +99,7 @@ func (l *locker) Describe() string {
 // it waited can find its lease expired ("requested lease not found"): it
 // starts over with a new lease.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	for {
-		lease, err := l.attempt(ctx)
-		if err == nil || ctx.Err() != nil || !retryable(err) {
-			return lease, err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return retry.Acquire(ctx, l.attempt, retryable)
 }
 
 // retryable: the attempt's own lease expired before the grant.

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/retry"
 )
 
 // Config describes one client of one advisory lock.
@@ -121,16 +122,7 @@ func (l *locker) Describe() string {
 // out: nothing was granted, and it starts over on a new connection. Other
 // errors (authentication, a missing database) are returned at once.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	for {
-		lease, err := l.attempt(ctx)
-		if err == nil || ctx.Err() != nil || !retryable(err) {
-			return lease, err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return retry.Acquire(ctx, l.attempt, retryable)
 }
 
 // retryable: the attempt's session ended before the grant, or its connect
