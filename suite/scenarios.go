@@ -239,15 +239,15 @@ func stallTimeout(cfg Config, l backends.Locker) time.Duration {
 }
 
 // freezer returns how to stall client i with its renewals: its proxy, or the
-// Locker's own Freezer.
-func (r *run) freezer(i int) (freeze func() (thaw func()), ok bool) {
+// Locker's own Freezer; a skip when there is neither.
+func (r *run) freezer(i int) (freeze func() (thaw func()), err error) {
 	if p := r.proxies[i]; p != nil {
-		return func() func() { p.Freeze(); return p.Thaw }, true
+		return func() func() { p.Freeze(); return p.Thaw }, nil
 	}
 	if f, ok := r.lockers[i].(backends.Freezer); ok {
-		return f.Freeze, true
+		return f.Freeze, nil
 	}
-	return nil, false
+	return nil, &skipError{"cannot stall a holder: set Config.Endpoint so clients dial a fault proxy, or implement backends.Freezer"}
 }
 
 // runDeterministicPause is the guide's deterministic test. Holder A acquires
@@ -262,9 +262,9 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 	if err := r.clients(ctx, 2, true); err != nil {
 		return report.Row{}, err
 	}
-	freeze, ok := r.freezer(0)
-	if !ok {
-		return report.Row{}, &skipError{"cannot stall a holder: set Config.Endpoint so clients dial a fault proxy, or implement backends.Freezer"}
+	freeze, err := r.freezer(0)
+	if err != nil {
+		return report.Row{}, err
 	}
 	a, b := r.lockers[0], r.lockers[1]
 	s, err := r.store(ctx, cfg.Fenced)
@@ -380,9 +380,9 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 	if err := r.clients(ctx, 3, true); err != nil {
 		return report.Row{}, err
 	}
-	freeze, ok := r.freezer(0)
-	if !ok {
-		return report.Row{}, &skipError{"cannot stall a holder: set Config.Endpoint so clients dial a fault proxy, or implement backends.Freezer"}
+	freeze, err := r.freezer(0)
+	if err != nil {
+		return report.Row{}, err
 	}
 	a, b, c := r.lockers[0], r.lockers[1], r.lockers[2]
 	t0 := time.Now()

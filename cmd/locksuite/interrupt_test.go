@@ -79,21 +79,26 @@ func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) 
 	case <-time.After(60 * time.Second):
 		t.Fatalf("servers not ready after 60s:\n%s", log.String())
 	}
-	time.Sleep(2 * time.Second) // clients are mid-run, a worker mid-pause
-	children := childPIDs(cmd.Process.Pid)
-	if len(children) < minChildren {
-		t.Fatalf("expected at least %d child processes (servers, workers), found %v\n%s", minChildren, children, log.String())
-	}
-	if wantStopped {
+	// Wait for the moment to interrupt, polled rather than slept on: its
+	// servers up (the specs start right after), and for the pause case a
+	// worker stopped (state T).
+	var children []int
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		children = childPIDs(cmd.Process.Pid)
 		n := 0
 		for _, pid := range children {
 			if stopped(pid) {
 				n++
 			}
 		}
-		if n == 0 {
-			t.Fatalf("no child is stopped: the interrupt would not fall during a pause\n%s", log.String())
+		if len(children) >= minChildren && (!wantStopped || n > 0) {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s: children %v (want at least %d), stopped %d (want some: %v)\n%s", children, minChildren, n, wantStopped, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	t0 := time.Now()
 	cmd.Process.Signal(os.Interrupt)

@@ -29,20 +29,28 @@ func echoServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// TestFreezeLosesNothing pushes 4 MiB through the proxy while it freezes and
-// thaws repeatedly, and checks that exactly the same bytes come back, and
-// that nothing at all comes through while frozen.
-func TestFreezeLosesNothing(t *testing.T) {
+// dialEcho starts an echo server, a proxy in front of it and a connection
+// through the proxy, all closed when the test ends.
+func dialEcho(t *testing.T) (*Proxy, net.Conn) {
+	t.Helper()
 	p, err := NewProxy(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return p, c
+}
+
+// TestFreezeLosesNothing pushes 4 MiB through the proxy while it freezes and
+// thaws repeatedly, and checks that exactly the same bytes come back, and
+// that nothing at all comes through while frozen.
+func TestFreezeLosesNothing(t *testing.T) {
+	p, c := dialEcho(t)
 	want := make([]byte, 4<<20)
 	rand.Read(want)
 	go func() {
@@ -87,16 +95,7 @@ func TestFreezeLosesNothing(t *testing.T) {
 // TestFrozenForwardsNothing checks that a frozen proxy delivers nothing, and
 // delivers everything held once thawed.
 func TestFrozenForwardsNothing(t *testing.T) {
-	p, err := NewProxy(echoServer(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	p, c := dialEcho(t)
 	p.Freeze()
 	c.Write([]byte("ping"))
 	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))

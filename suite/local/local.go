@@ -273,7 +273,6 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 			}
 			return redis.New(redis.Config{Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
 		case "postgres":
-			// A chaos worker is given no proxy: the endpoint is the server's own.
 			return postgres.New(postgres.Config{ConnString: strings.TrimSpace(ep), Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
 		case "consul":
 			return consul.New(consul.Config{Address: c.Endpoint, Key: c.Key, TTL: c.Lease})
