@@ -38,6 +38,18 @@ func TestInterruptLeavesNothing(t *testing.T) {
 	})
 }
 
+// specsRunning reports whether the CLI's spec log in dir shows that Ginkgo
+// has begun the suite (its interrupt handler is then in place).
+func specsRunning(dir string) bool {
+	logs, _ := filepath.Glob(filepath.Join(dir, "locksuite-*.log"))
+	for _, l := range logs {
+		if b, err := os.ReadFile(l); err == nil && strings.Contains(string(b), "Running Suite") {
+			return true
+		}
+	}
+	return false
+}
+
 // stopped reports whether process pid is in state T (stopped).
 func stopped(pid int) bool {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
@@ -80,8 +92,8 @@ func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) 
 		t.Fatalf("servers not ready after 60s:\n%s", log.String())
 	}
 	// Wait for the moment to interrupt, polled rather than slept on: its
-	// servers up (the specs start right after), and for the pause case a
-	// worker stopped (state T).
+	// servers up, the specs running, and for the pause case a worker
+	// stopped (state T).
 	var children []int
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -92,7 +104,7 @@ func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) 
 				n++
 			}
 		}
-		if len(children) >= minChildren && (!wantStopped || n > 0) {
+		if len(children) >= minChildren && (!wantStopped || n > 0) && specsRunning(tmp) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -309,6 +309,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return &usageError{"no backend could run (see the reasons above)"}
 	}
 
+	if ctx.Err() != nil {
+		// Interrupted while the servers started: Ginkgo's own handler is not
+		// installed yet, so stop here (the deferred Close ends the servers).
+		return fmt.Errorf("interrupted")
+	}
 	if err := runSpecs(o); err != nil {
 		return err
 	}
