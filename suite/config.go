@@ -92,6 +92,10 @@ type Config struct {
 	// ones. Results are also attached to the Ginkgo report as entries named
 	// "locksuite".
 	Report func(report.Row)
+	// Servers, if not nil, is the lock service's own processes, for the
+	// scenarios that fault the server rather than the client. Default nil:
+	// those scenarios are skipped.
+	Servers Servers
 
 	workerArgv []string // set by Test: how to run this binary as a worker
 	_          struct{}
