@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/consul/api"
+	consulapi "github.com/hashicorp/consul/api"
 )
 
 // ConsulVersion is the Consul server the harness runs: the newest
@@ -51,20 +51,42 @@ func ConsulCachePath() string {
 
 // Consul is a single-server Consul agent in dev mode, started by StartConsul.
 type Consul struct {
-	p    *proc
-	addr string
-	once sync.Once
+	p       *proc
+	addr    string
+	secrets Secrets
+	tls     bool
+	once    sync.Once
 }
 
-func (s *Consul) Name() string     { return "consul" }
+func (s *Consul) Name() string { return "consul" }
+
+// Endpoint is the HTTP (or, WithTLS, HTTPS) API's host:port.
 func (s *Consul) Endpoint() string { return s.addr }
 func (s *Consul) Pid() int         { return s.p.Pid() }
+
+// Secrets are the initial management token (WithAuth) and the test CA
+// (WithTLS).
+func (s *Consul) Secrets() Secrets { return s.secrets }
+
+// URL is http://host:port, or https:// WithTLS.
+func (s *Consul) URL() string {
+	if s.tls {
+		return "https://" + s.addr
+	}
+	return "http://" + s.addr
+}
 
 // StartConsul starts a Consul agent (-dev: one in-memory server) on free
 // loopback ports with session_ttl_min = "100ms", so that sessions with short
 // TTLs are allowed (Consul then invalidates them about 2 × TTL after the last
 // renewal), and waits until it has a leader.
-func StartConsul(ctx context.Context) (*Consul, error) {
+//
+// WithAuth enables ACLs with default policy deny and a random initial
+// management token (Secrets.Token), also the agent's own token; WithTLS
+// serves the API on HTTPS only (no HTTP port), with a certificate of the
+// test CA, client certificates not required.
+func StartConsul(ctx context.Context, opts ...Option) (*Consul, error) {
+	o := apply(opts)
 	bin, err := ConsulBinary()
 	if err != nil {
 		return nil, &Unavailable{"consul", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " with go build, about 7 minutes once), set LOCKSUITE_CONSUL to a consul binary, or name an agent with CONSUL_HTTP_ADDR"}
@@ -77,12 +99,48 @@ func StartConsul(ctx context.Context) (*Consul, error) {
 	if err != nil {
 		return nil, err
 	}
+	s := &Consul{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), tls: o.tls}
+	api := fmt.Sprintf("http = %d", ports[0])
+	extra := ""
+	if o.tls {
+		certs, err := newPKI(dir, -1, -1)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, &Unavailable{"consul", err, "a writable temporary directory"}
+		}
+		certs.secrets(&s.secrets)
+		api = fmt.Sprintf("http = -1\n  https = %d", ports[0])
+		extra += fmt.Sprintf(`
+tls {
+  defaults {
+    ca_file = %q
+    cert_file = %q
+    key_file = %q
+    verify_incoming = false
+  }
+}
+`, certs.ca, certs.serverCert, certs.serverKey)
+	}
+	if o.auth {
+		s.secrets.Token = randomUUID()
+		extra += fmt.Sprintf(`
+acl {
+  enabled = true
+  default_policy = "deny"
+  enable_token_persistence = false
+  tokens {
+    initial_management = %q
+    agent = %q
+  }
+}
+`, s.secrets.Token, s.secrets.Token)
+	}
 	hcl := fmt.Sprintf(`
 bind_addr = "127.0.0.1"
 client_addr = "127.0.0.1"
 advertise_addr = "127.0.0.1"
 ports {
-  http = %d
+  %s
   serf_lan = %d
   serf_wan = %d
   server = %d
@@ -92,7 +150,7 @@ ports {
 session_ttl_min = "100ms"
 disable_update_check = true
 log_level = "warn"
-`, ports[0], ports[1], ports[2], ports[3])
+`, api, ports[1], ports[2], ports[3]) + extra
 	if err := os.WriteFile(filepath.Join(dir, "locksuite.hcl"), []byte(hcl), 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -102,18 +160,22 @@ log_level = "warn"
 		os.RemoveAll(dir)
 		return nil, &Unavailable{"consul", err, "check that " + bin + " runs"}
 	}
-	s := &Consul{p: p, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}
-	ac := api.DefaultConfig()
-	ac.Address = s.addr
-	c, err := api.NewClient(ac)
+	s.p = p
+	ac := &consulapi.Config{Address: s.URL(), Token: s.secrets.Token, TLSConfig: consulapi.TLSConfig{CAFile: s.secrets.CAFile}}
+	c, err := consulapi.NewClient(ac)
 	if err != nil {
 		s.Stop()
 		return nil, err
 	}
 	err = waitReady(ctx, p, 30*time.Second, func(ctx context.Context) error {
-		leader, err := c.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+		leader, err := c.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx))
 		if err == nil && strings.TrimSpace(leader) == "" {
 			err = errors.New("no leader yet")
+		}
+		if err == nil && o.auth {
+			// The ACL system takes the management token a moment after
+			// the leader is elected.
+			_, _, err = c.KV().Get("locksuite/ready", (&consulapi.QueryOptions{}).WithContext(ctx))
 		}
 		return err
 	})

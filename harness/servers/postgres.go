@@ -3,11 +3,13 @@ package servers
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,14 +19,29 @@ import (
 
 // Postgres is a throwaway PostgreSQL cluster started by StartPostgres.
 type Postgres struct {
-	p    *proc
-	dsn  string
-	once sync.Once
+	p       *proc
+	dsn     string
+	secrets Secrets
+	once    sync.Once
 }
 
-func (s *Postgres) Name() string     { return "postgres" }
+func (s *Postgres) Name() string { return "postgres" }
+
+// Endpoint is a postgres:// URL without the password (see URL and
+// Secrets).
 func (s *Postgres) Endpoint() string { return s.dsn }
 func (s *Postgres) Pid() int         { return s.p.Pid() }
+
+// Secrets are the role's password (WithAuth) and the test CA (WithTLS).
+func (s *Postgres) Secrets() Secrets { return s.secrets }
+
+// URL is Endpoint with the password in it.
+func (s *Postgres) URL() string {
+	if s.secrets.Password == "" {
+		return s.dsn
+	}
+	return strings.Replace(s.dsn, "://"+s.secrets.User+"@", "://"+s.secrets.User+":"+s.secrets.Password+"@", 1)
+}
 
 var pgDirs = []string{"/usr/lib/postgresql/*/bin"}
 
@@ -33,7 +50,14 @@ var pgDirs = []string{"/usr/lib/postgresql/*/bin"}
 // free port. As root it runs both as the "postgres" user, which Debian's
 // server package creates. The endpoint is a postgres:// URL for user
 // "locksuite", database "postgres".
-func StartPostgres(ctx context.Context) (*Postgres, error) {
+//
+// WithAuth gives the role a random password and makes pg_hba.conf ask for
+// it over TCP (scram-sha-256); WithTLS turns ssl on with a certificate of
+// the test CA and lets TCP clients in only over TLS (hostssl lines, no host
+// lines), so that a plain connection is refused. The Unix socket in the
+// cluster's directory stays trusted, for the harness.
+func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
+	o := apply(opts)
 	fail := func(err error, fix string) error { return &Unavailable{"postgres", err, fix} }
 	const install = "install PostgreSQL's server (apt-get install postgresql-15), or name a server with DATABASE_URL or PGHOST"
 	initdb, err := lookPath("initdb", pgDirs...)
@@ -71,7 +95,21 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 		}
 	}
 	data := dir + "/data"
-	cmd := exec.CommandContext(ctx, initdb, "-D", data, "-U", "locksuite", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	initArgs := []string{"-D", data, "-U", "locksuite", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"}
+	var secrets Secrets
+	if o.auth {
+		secrets.User, secrets.Password = "locksuite", randomSecret()
+		pw := filepath.Join(dir, "pwfile")
+		if err := os.WriteFile(pw, []byte(secrets.Password+"\n"), 0o600); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		if cred != nil {
+			_ = os.Chown(pw, int(cred.Uid), int(cred.Gid))
+		}
+		initArgs = append(initArgs, "--pwfile", pw)
+	}
+	cmd := exec.CommandContext(ctx, initdb, initArgs...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -83,16 +121,48 @@ func StartPostgres(ctx context.Context) (*Postgres, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	p, err := startProc("postgres", dir, cred, postgres, "-D", data, "-p", strconv.Itoa(port),
+	args := []string{"-D", data, "-p", strconv.Itoa(port),
 		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "log_min_messages=warning")
+		"-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "log_min_messages=warning"}
+	sslmode := "disable"
+	if o.auth || o.tls {
+		method, host := "trust", "host"
+		if o.auth {
+			method = "scram-sha-256"
+		}
+		if o.tls {
+			host = "hostssl"
+			uid, gid := -1, -1
+			if cred != nil {
+				uid, gid = int(cred.Uid), int(cred.Gid)
+			}
+			certs, err := newPKI(dir, uid, gid)
+			if err != nil {
+				os.RemoveAll(dir)
+				return nil, fail(err, "a writable temporary directory")
+			}
+			certs.secrets(&secrets)
+			args = append(args, "-c", "ssl=on", "-c", "ssl_cert_file="+certs.serverCert, "-c", "ssl_key_file="+certs.serverKey,
+				"-c", "ssl_ca_file="+certs.ca)
+			sslmode = "verify-full&sslrootcert=" + url.QueryEscape(certs.ca)
+		}
+		hba := "local all all trust\n" + host + " all all 127.0.0.1/32 " + method + "\n"
+		if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		if cred != nil {
+			_ = os.Chown(filepath.Join(data, "pg_hba.conf"), int(cred.Uid), int(cred.Gid))
+		}
+	}
+	p, err := startProc("postgres", dir, cred, append([]string{postgres}, args...)...)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fail(err, "check that "+postgres+" runs")
 	}
-	s := &Postgres{p: p, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=disable", port)}
+	s := &Postgres{p: p, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=%s", port, sslmode), secrets: secrets}
 	err = waitReady(ctx, p, 20*time.Second, func(ctx context.Context) error {
-		c, err := pgx.Connect(ctx, s.dsn)
+		c, err := pgx.Connect(ctx, s.URL())
 		if err != nil {
 			return err
 		}

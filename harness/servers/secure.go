@@ -1,0 +1,207 @@
+package servers
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Option changes how a Start function starts its server. Without options a
+// server takes plain connections with no authentication.
+type Option func(*options)
+
+type options struct{ auth, tls bool }
+
+// WithAuth makes the server require authentication, with credentials made
+// up at random for this server (see Secrets): a Redis ACL user (the default
+// user is off), a Postgres role with a SCRAM password (pg_hba: scram-sha-256
+// only), etcd's root user with auth enabled, Consul's ACLs with default
+// policy deny and an initial management token.
+func WithAuth() Option { return func(o *options) { o.auth = true } }
+
+// WithTLS makes the server take TLS connections only, with a certificate for
+// 127.0.0.1 and localhost signed by a test CA generated for this server in
+// its temporary directory (see Secrets): Redis on its tls-port only,
+// Postgres with ssl = on and hostssl lines only, etcd on an https client URL
+// (client certificates accepted, not required), Consul on its HTTPS port
+// only.
+func WithTLS() Option { return func(o *options) { o.tls = true } }
+
+func apply(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Secrets are what a client needs to reach a server started WithAuth or
+// WithTLS. The files are in the server's temporary directory and go with it
+// on Stop.
+type Secrets struct {
+	// User and Password: the Redis ACL user, the Postgres role, the etcd
+	// user ("root"). Empty without WithAuth (Consul has none).
+	User, Password string
+	// Token is Consul's initial management token. Empty otherwise.
+	Token string
+	// CAFile is the test CA's certificate (PEM); empty without WithTLS.
+	CAFile string
+	// CertFile and KeyFile are a client certificate (CN "locksuite-client")
+	// and its private key, signed by the CA.
+	CertFile, KeyFile string
+	_                 struct{}
+}
+
+// ClientTLS returns a TLS configuration that trusts s.CAFile and presents
+// the client certificate, or nil if s has no CA.
+func (s Secrets) ClientTLS() (*tls.Config, error) {
+	if s.CAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(s.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no certificate", s.CAFile)
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if s.CertFile != "" {
+		c, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	return cfg, nil
+}
+
+// randomSecret is 24 random hex digits: letters and digits only, so that it
+// reads the same in a URL, JSON or a shell.
+func randomSecret() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// randomUUID is a random version-4 UUID (Consul tokens are UUIDs).
+func randomUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// pki is the test CA's output in a server's directory.
+type pki struct {
+	ca, serverCert, serverKey, clientCert, clientKey string
+}
+
+// newPKI writes a test CA, a server certificate for 127.0.0.1 and
+// localhost, and a client certificate into dir (keys mode 0600). uid and
+// gid, if not -1, own the files (Postgres reads its key as its own user
+// and refuses a key that others can read).
+func newPKI(dir string, uid, gid int) (*pki, error) {
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "locksuite test CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(7 * 24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, err
+	}
+	p := &pki{
+		ca:         filepath.Join(dir, "ca.crt"),
+		serverCert: filepath.Join(dir, "server.crt"), serverKey: filepath.Join(dir, "server.key"),
+		clientCert: filepath.Join(dir, "client.crt"), clientKey: filepath.Join(dir, "client.key"),
+	}
+	if err := writePEM(p.ca, "CERTIFICATE", caDER, 0o644, uid, gid); err != nil {
+		return nil, err
+	}
+	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certPath, keyPath string) error {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		t := &x509.Certificate{
+			SerialNumber: big.NewInt(serial),
+			Subject:      pkix.Name{CommonName: cn},
+			NotBefore:    now.Add(-time.Hour),
+			NotAfter:     now.Add(7 * 24 * time.Hour),
+			KeyUsage:     x509.KeyUsageDigitalSignature,
+			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		}
+		if usage == x509.ExtKeyUsageServerAuth {
+			t.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+			t.DNSNames = []string{"localhost"}
+			// etcd's server also dials itself as a client with this pair.
+			t.ExtKeyUsage = append(t.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+		}
+		der, err := x509.CreateCertificate(rand.Reader, t, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			return err
+		}
+		kb, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			return err
+		}
+		if err := writePEM(certPath, "CERTIFICATE", der, 0o644, uid, gid); err != nil {
+			return err
+		}
+		return writePEM(keyPath, "PRIVATE KEY", kb, 0o600, uid, gid)
+	}
+	if err := leaf(2, "locksuite-server", x509.ExtKeyUsageServerAuth, p.serverCert, p.serverKey); err != nil {
+		return nil, err
+	}
+	if err := leaf(3, "locksuite-client", x509.ExtKeyUsageClientAuth, p.clientCert, p.clientKey); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func writePEM(path, typ string, der []byte, mode os.FileMode, uid, gid int) error {
+	b := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+	if err := os.WriteFile(path, b, mode); err != nil {
+		return err
+	}
+	if uid >= 0 {
+		return os.Chown(path, uid, gid)
+	}
+	return nil
+}
+
+func (p *pki) secrets(s *Secrets) {
+	if p == nil {
+		return
+	}
+	s.CAFile, s.CertFile, s.KeyFile = p.ca, p.clientCert, p.clientKey
+}
+

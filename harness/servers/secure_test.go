@@ -1,0 +1,146 @@
+package servers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// TestStartSecured starts each server WithAuth and WithTLS and checks that a
+// client with the Secrets gets in, and that one without the password (or
+// token) and one without TLS are refused.
+func TestStartSecured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := []Option{WithAuth(), WithTLS()}
+	// check runs op with the right credentials, then with wrong ones and
+	// without TLS, and wants the error of each to contain want.
+	type attempt struct {
+		name string
+		err  error
+		want string // "" = must succeed
+	}
+	report := func(t *testing.T, as []attempt) {
+		for _, a := range as {
+			switch {
+			case a.want == "" && a.err != nil:
+				t.Errorf("%s: %v", a.name, a.err)
+			case a.want != "" && a.err == nil:
+				t.Errorf("%s: succeeded, want an error containing %q", a.name, a.want)
+			case a.want != "" && !strings.Contains(a.err.Error(), a.want):
+				t.Errorf("%s: error %q does not contain %q", a.name, a.err, a.want)
+			}
+		}
+	}
+	t.Run("redis", func(t *testing.T) {
+		s, err := StartRedis(ctx, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
+		sec := s.Secrets()
+		tc, err := sec.ClientTLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ping := func(o *goredis.Options) error {
+			o.Addr, o.MaxRetries, o.DialTimeout = s.Endpoint(), -1, 2*time.Second
+			c := goredis.NewClient(o)
+			defer c.Close()
+			return c.Ping(ctx).Err()
+		}
+		report(t, []attempt{
+			{"secrets", ping(&goredis.Options{Username: sec.User, Password: sec.Password, TLSConfig: tc}), ""},
+			{"wrong password", ping(&goredis.Options{Username: sec.User, Password: "nope", TLSConfig: tc}), "WRONGPASS"},
+			{"no password", ping(&goredis.Options{TLSConfig: tc}), "NOAUTH"},
+		})
+		if err := ping(&goredis.Options{Username: sec.User, Password: sec.Password}); err == nil {
+			t.Error("plain connection to the TLS port succeeded")
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		s, err := StartPostgres(ctx, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
+		conn := func(dsn string) error {
+			c, err := pgx.Connect(ctx, dsn)
+			if err == nil {
+				c.Close(ctx)
+			}
+			return err
+		}
+		if strings.Contains(s.Endpoint(), s.Secrets().Password) {
+			t.Errorf("Endpoint %s carries the password", s.Endpoint())
+		}
+		report(t, []attempt{
+			{"secrets", conn(s.URL()), ""},
+			{"wrong password", conn(strings.Replace(s.URL(), s.Secrets().Password, "nope", 1)), "password authentication failed"},
+			{"no TLS", conn(strings.Replace(s.URL(), "sslmode=verify-full", "sslmode=disable", 1)), "no encryption"},
+		})
+	})
+	t.Run("etcd", func(t *testing.T) {
+		s, err := StartEtcd(ctx, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
+		sec := s.Secrets()
+		tc, err := sec.ClientTLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		put := func(cfg clientv3.Config) error {
+			cfg.Endpoints, cfg.DialTimeout, cfg.Logger = []string{s.Endpoint()}, 2*time.Second, zap.NewNop()
+			c, err := clientv3.New(cfg)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			_, err = c.Put(cctx, "locksuite/probe", "x")
+			return err
+		}
+		report(t, []attempt{
+			{"secrets", put(clientv3.Config{TLS: tc, Username: sec.User, Password: sec.Password}), ""},
+			{"wrong password", put(clientv3.Config{TLS: tc, Username: sec.User, Password: "nope"}), "authentication failed"},
+		})
+		if err := put(clientv3.Config{Username: sec.User, Password: sec.Password}); err == nil {
+			t.Error("plain connection to the TLS port succeeded")
+		}
+	})
+	t.Run("consul", func(t *testing.T) {
+		s, err := StartConsul(ctx, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
+		sec := s.Secrets()
+		put := func(addr, token string) error {
+			c, err := consulapi.NewClient(&consulapi.Config{Address: addr, Token: token, TLSConfig: consulapi.TLSConfig{CAFile: sec.CAFile}})
+			if err != nil {
+				return err
+			}
+			_, err = c.KV().Put(&consulapi.KVPair{Key: "locksuite/probe", Value: []byte("x")}, nil)
+			return err
+		}
+		report(t, []attempt{
+			{"secrets", put(s.URL(), sec.Token), ""},
+			{"no token", put(s.URL(), ""), "Permission denied"},
+			{"wrong token", put(s.URL(), "00000000-0000-4000-8000-000000000000"), "ACL not found"},
+			{"no TLS", put("http://"+s.Endpoint(), sec.Token), "HTTP request to an HTTPS server"},
+		})
+	})
+}
