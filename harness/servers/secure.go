@@ -204,4 +204,3 @@ func (p *pki) secrets(s *Secrets) {
 	}
 	s.CAFile, s.CertFile, s.KeyFile = p.ca, p.clientCert, p.clientKey
 }
-
