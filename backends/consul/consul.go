@@ -10,6 +10,7 @@ package consul
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,18 +23,30 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/retry"
+	"github.com/locksuite/locksuite/internal/redact"
 )
 
 // Config describes one client of one Consul lock.
 type Config struct {
-	// Client is the connection to use. If nil, one is made from Address
-	// (falling back to CONSUL_HTTP_ADDR and the other CONSUL_* variables
-	// that api.DefaultConfig reads).
+	// Client is the connection to use. If nil, one is made from Address,
+	// Token and TLS, falling back to CONSUL_HTTP_ADDR and the other
+	// CONSUL_* variables that api.DefaultConfig reads (CONSUL_HTTP_TOKEN,
+	// CONSUL_HTTP_SSL, CONSUL_CACERT, CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY,
+	// CONSUL_TLS_SERVER_NAME, ...).
 	Client *api.Client
-	// Address is host:port or an http(s):// URL of a Consul agent.
+	// Address is host:port or an http(s):// URL of a Consul agent;
+	// https:// means TLS.
 	Address string
-	// Token is an ACL token; empty uses CONSUL_HTTP_TOKEN if set.
+	// Token is an ACL token, sent in the X-Consul-Token header; empty uses
+	// CONSUL_HTTP_TOKEN if set. The lock needs session:write on the agent's
+	// node and key:write on Key.
 	Token string
+	// TLS, if not nil, makes the client talk HTTPS with this configuration
+	// (a copy): RootCAs for the agent's CA, Certificates for a client
+	// certificate, ServerName when the certificate's name is not Address's
+	// host. Default nil: https:// addresses and CONSUL_HTTP_SSL use TLS as
+	// api.DefaultConfig sets it up from the environment.
+	TLS *tls.Config
 	// Key names the lock in the KV store. Required.
 	Key string
 	// TTL is the session TTL. Consul refuses TTLs below the server's
@@ -82,9 +95,13 @@ func New(cfg Config) (backends.Locker, error) {
 		}
 		// A transport of its own: one Locker is one process's connections.
 		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}
+		if cfg.TLS != nil {
+			ac.Transport.TLSClientConfig = cfg.TLS.Clone()
+			ac.Scheme = "https"
+		}
 		var err error
 		if c, err = api.NewClient(ac); err != nil {
-			return nil, fmt.Errorf("consul: client for %q: %w", ac.Address, err)
+			return nil, fmt.Errorf("consul: client for %q: %w", redact.URL(ac.Address), redact.Error(err, ac.Token))
 		}
 	}
 	return &locker{c: c, key: cfg.Key, ttl: cfg.TTL}, nil

@@ -12,9 +12,11 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/retry"
+	"github.com/locksuite/locksuite/internal/redact"
 )
 
 // Config describes one client of one etcd lock.
@@ -30,9 +33,20 @@ type Config struct {
 	// Client is the connection to use. If nil, one is made from Endpoints
 	// and closed by Locker.Close.
 	Client *clientv3.Client
-	// Endpoints are host:port addresses (as in ETCDCTL_ENDPOINTS); used when
-	// Client is nil.
+	// Endpoints are host:port addresses or http(s):// URLs (as in
+	// ETCDCTL_ENDPOINTS); used when Client is nil.
 	Endpoints []string
+	// TLS, if not nil, makes the client connect with TLS using this
+	// configuration: RootCAs for the server's CA (etcdctl's --cacert),
+	// Certificates for a client certificate (--cert, --key). When its
+	// ServerName is empty, each endpoint's host is verified. Default nil:
+	// plain connections, unless an endpoint is an https:// URL (then the
+	// system's roots).
+	TLS *tls.Config
+	// Username and Password, if Username is set, authenticate the client
+	// (etcdctl's --user user:password); the client takes a token at
+	// connect time and renews it. Default none.
+	Username, Password string
 	// Key names the lock. Required.
 	Key string
 	// TTL is the lease's time to live. etcd grants whole seconds: it is
@@ -73,13 +87,24 @@ func New(cfg Config) (backends.Locker, error) {
 		if len(cfg.Endpoints) == 0 {
 			return nil, errors.New("etcd: no server: set Config.Client or Config.Endpoints")
 		}
-		c, err := clientv3.New(clientv3.Config{
+		cc := clientv3.Config{
 			Endpoints:   cfg.Endpoints,
 			DialTimeout: 2 * time.Second,
 			Logger:      nopLogger(),
-		})
+			TLS:         cfg.TLS,
+			Username:    cfg.Username,
+			Password:    cfg.Password,
+		}
+		if cc.TLS == nil {
+			for _, ep := range cfg.Endpoints {
+				if strings.HasPrefix(ep, "https://") {
+					cc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+				}
+			}
+		}
+		c, err := clientv3.New(cc)
 		if err != nil {
-			return nil, fmt.Errorf("etcd: connect %v: %w", cfg.Endpoints, err)
+			return nil, fmt.Errorf("etcd: connect %v: %w", cfg.Endpoints, redact.Error(err, cfg.Password))
 		}
 		l.c, l.own = c, true
 	}

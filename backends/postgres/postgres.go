@@ -35,12 +35,19 @@ import (
 
 // Config describes one client of one advisory lock.
 type Config struct {
-	// ConnString is a postgres:// URL or key=value DSN. Empty means libpq's
+	// ConnString is a postgres:// URL or key=value DSN, over libpq's
 	// environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
-	// PGSSLMODE, ...), as pgx.ParseConfig reads it.
+	// PGSSLMODE, PGSSLROOTCERT, PGSSLCERT, PGSSLKEY, ...), as
+	// pgx.ParseConfig reads them: the password and the TLS settings
+	// (sslmode disable, allow, prefer (the default), require, verify-ca,
+	// verify-full; sslrootcert) come from there. Empty means the
+	// environment only.
 	ConnString string
 	// Addr, if set, is a host:port that replaces the connection string's
-	// host and port (the suite points it at a fault proxy).
+	// host and port (the suite points it at a fault proxy). The password
+	// and the TLS settings are kept, sslmode's plain and TLS attempts
+	// included, and verify-full still checks the connection string's host
+	// name.
 	Addr string
 	// Key names the lock; it is hashed (FNV-64a) to the advisory lock's
 	// bigint key. Required.
@@ -94,7 +101,19 @@ func New(cfg Config) (backends.Locker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("postgres: Addr %q: bad port: %w", cfg.Addr, err)
 		}
-		cc.Host, cc.Port, cc.Fallbacks = host, uint16(p), nil
+		// One attempt per TLS setting that sslmode asks for (prefer: TLS,
+		// then plain), all to Addr.
+		cc.Host, cc.Port = host, uint16(p)
+		fallbacks := cc.Fallbacks
+		cc.Fallbacks = nil
+		seen := map[bool]bool{cc.TLSConfig != nil: true}
+		for _, f := range fallbacks {
+			if seen[f.TLSConfig != nil] {
+				continue
+			}
+			seen[f.TLSConfig != nil] = true
+			cc.Fallbacks = append(cc.Fallbacks, &pgconn.FallbackConfig{Host: host, Port: uint16(p), TLSConfig: f.TLSConfig})
+		}
 	}
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = 3 * time.Second

@@ -11,29 +11,54 @@ package redis
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/internal/redact"
 )
+
+// urlPassword is the password in a URL that may not parse.
+func urlPassword(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		p, _ := u.User.Password()
+		return p
+	}
+	return ""
+}
 
 // Config describes one client of one Redis lock.
 type Config struct {
 	// Client is the connection to use. If nil, one is made from URL or Addr
 	// and closed by Locker.Close.
 	Client *goredis.Client
-	// URL is a redis:// or rediss:// URL (as in REDIS_URL); used when Client
-	// is nil. It takes precedence over Addr.
+	// URL is a redis:// or rediss:// URL (as in REDIS_URL, parsed by
+	// go-redis's ParseURL: redis://[user:password@]host:port/db; rediss://
+	// means TLS, verifying the server's certificate against the system's
+	// roots for the URL's host); used when Client is nil.
 	URL string
 	// Addr is host:port; used when Client and URL are empty, and replacing
 	// the URL's host and port when both are set (the suite points it at a
-	// fault proxy).
+	// fault proxy). The URL's user, password and TLS settings are kept, and
+	// TLS still verifies the URL's host name.
 	Addr string
+	// Username and Password authenticate the connection (an ACL user, or
+	// only Password for requirepass). When set they replace the URL's.
+	// Default: the URL's, else none.
+	Username, Password string
+	// TLS, if not nil, makes the connection use TLS with this configuration
+	// (a copy), replacing what a rediss:// URL implies; set RootCAs for a
+	// private CA. When its ServerName is empty it is the URL's host, or
+	// Addr's host without a URL. Default: TLS only for rediss://.
+	TLS *tls.Config
 	// Key names the lock. The fencing counter lives at Key+":fence".
 	// Required.
 	Key string
@@ -95,7 +120,8 @@ func New(cfg Config) (backends.Locker, error) {
 		case cfg.URL != "":
 			o, err := goredis.ParseURL(cfg.URL)
 			if err != nil {
-				return nil, fmt.Errorf("redis: bad URL: %w (expected redis://[user:password@]host:port/db)", err)
+				return nil, fmt.Errorf("redis: bad URL %s: %v (expected redis://[user:password@]host:port/db)",
+					redact.URL(cfg.URL), redact.Error(err, urlPassword(cfg.URL)))
 			}
 			opts = o
 			if cfg.Addr != "" {
@@ -105,6 +131,25 @@ func New(cfg Config) (backends.Locker, error) {
 			opts = &goredis.Options{Addr: cfg.Addr}
 		default:
 			return nil, errors.New("redis: no server: set Config.Client, Config.URL or Config.Addr")
+		}
+		if cfg.Username != "" {
+			opts.Username = cfg.Username
+		}
+		if cfg.Password != "" {
+			opts.Password = cfg.Password
+		}
+		if cfg.TLS != nil {
+			serverName := ""
+			if opts.TLSConfig != nil {
+				serverName = opts.TLSConfig.ServerName
+			}
+			opts.TLSConfig = cfg.TLS.Clone()
+			if opts.TLSConfig.ServerName == "" {
+				if serverName == "" {
+					serverName, _, _ = net.SplitHostPort(opts.Addr)
+				}
+				opts.TLSConfig.ServerName = serverName
+			}
 		}
 		opts.DialTimeout = 2 * time.Second
 		// One connection per Locker: a client is one process holding one lock.
