@@ -4,12 +4,18 @@
 // for each.
 //
 //	REDIS_URL          redis://[user:password@]host:port/db   a Redis server
-//	DATABASE_URL, PG*  a Postgres server (libpq's variables)   lock and counter store
-//	CONSUL_HTTP_ADDR   host:port of a Consul agent             (CONSUL_HTTP_TOKEN too)
-//	ETCDCTL_ENDPOINTS  comma-separated host:port of etcd       lock, and counter store without Postgres
+//	                   (rediss:// for TLS; LOCKSUITE_REDIS_CACERT: its CA's PEM file)
+//	DATABASE_URL, PG*  a Postgres server (libpq's variables:   lock and counter store
+//	                   PGPASSWORD, PGSSLMODE, PGSSLROOTCERT, ...)
+//	CONSUL_HTTP_ADDR   host:port or URL of a Consul agent      (CONSUL_HTTP_TOKEN,
+//	                   CONSUL_HTTP_SSL, CONSUL_CACERT, ...)
+//	ETCDCTL_ENDPOINTS  comma-separated host:port or URLs       lock, and counter store without Postgres
+//	                   (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER=user:password)
 //
 // A named server is used as it is and never stopped; everything the suite
-// makes there is under suite.Config.Prefix.
+// makes there is under suite.Config.Prefix. The credentials reach the
+// clients, the counter store and (in Config.WorkerEnv) the worker
+// processes, and nothing else: error messages mask them.
 package local
 
 import (
@@ -17,11 +23,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,6 +41,7 @@ import (
 	"github.com/locksuite/locksuite/backends/redis"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/internal/redact"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -73,6 +81,8 @@ type Env struct {
 	servers []servers.Server
 	// endpoint per backend: host:port (redis, consul, etcd) or DSN (postgres).
 	endpoint map[string]string
+	// conns: per backend named by the environment, its credentials.
+	conns map[string]*conn
 	// Unavailable holds, per backend that could not be started or reached,
 	// an error naming it and the fix.
 	Unavailable map[string]error
@@ -104,7 +114,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	if o.store != "" && o.store != "postgres" && o.store != "etcd" {
 		return nil, fmt.Errorf("local: unknown store %q: choose postgres or etcd", o.store)
 	}
-	e := &Env{endpoint: map[string]string{}, Unavailable: map[string]error{}}
+	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}}
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
@@ -129,17 +139,17 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 		}
 	}
 	if dsn := e.endpoint["postgres"]; dsn != "" && o.store != "etcd" {
-		pool, err := pgxpool.New(ctx, dsn)
+		pool, err := pgxpool.New(ctx, strings.TrimSpace(dsn))
 		if err != nil {
 			e.Close()
-			return nil, fmt.Errorf("local: counter store on postgres: %w", err)
+			return nil, fmt.Errorf("local: counter store on postgres: %w", redact.Error(err, e.conn("postgres").secrets...))
 		}
 		e.pool, e.Store = pool, "postgres"
 	} else if ep := e.endpoint["etcd"]; ep != "" {
-		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(ep, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		c, err := e.conn("etcd").etcdClient()
 		if err != nil {
 			e.Close()
-			return nil, fmt.Errorf("local: counter store on etcd: %w", err)
+			return nil, fmt.Errorf("local: counter store on etcd: %w", redact.Error(err, e.conn("etcd").secrets...))
 		}
 		e.etcd, e.Store = c, "etcd"
 	} else {
@@ -158,9 +168,15 @@ func (e *Env) provide(ctx context.Context, n string) {
 		s   servers.Server
 		err error
 	)
-	if ext := fromEnv(n); ext != "" {
-		s = servers.External(n, ext)
-		err = probe(ctx, n, ext)
+	c, err := fromEnv(n)
+	if err != nil {
+		e.Unavailable[n] = err
+		return
+	}
+	if c != nil {
+		s = servers.External(n, c.endpoint)
+		e.conns[n] = c
+		err = probe(ctx, n, c)
 	} else {
 		switch n {
 		case "redis":
@@ -183,73 +199,80 @@ func (e *Env) provide(ctx context.Context, n string) {
 	e.endpoint[n] = s.Endpoint()
 }
 
-// fromEnv returns the endpoint the environment names for n, or "".
-func fromEnv(n string) string {
-	switch n {
-	case "redis":
-		return os.Getenv("REDIS_URL")
-	case "postgres":
-		if u := os.Getenv("DATABASE_URL"); u != "" {
-			return u
-		}
-		if os.Getenv("PGHOST") != "" {
-			return " " // libpq's variables: pgx reads them from an empty DSN
-		}
-	case "consul":
-		return os.Getenv("CONSUL_HTTP_ADDR")
-	case "etcd":
-		return os.Getenv("ETCDCTL_ENDPOINTS")
+// conn returns the connection settings of backend n: the environment's, or
+// the bare endpoint of a server the harness started.
+func (e *Env) conn(n string) *conn {
+	if c := e.conns[n]; c != nil {
+		return c
 	}
-	return ""
+	return &conn{endpoint: e.endpoint[n]}
 }
 
-// probe checks within ctx that a named server answers, so that a wrong
-// address is reported at once with the variable to fix.
-func probe(ctx context.Context, n, ep string) error {
+// etcdClient connects to c's endpoints with its credentials.
+func (c *conn) etcdClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoint, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
+		TLS: c.tls, Username: c.user, Password: c.password})
+}
+
+// probe checks within ctx that a named server answers, and lets this
+// client in, so that a wrong address or credentials are reported at once
+// with the variable to fix.
+func probe(ctx context.Context, n string, c *conn) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var err error
 	switch n {
 	case "redis":
 		var o *goredis.Options
-		if o, err = goredis.ParseURL(ep); err == nil {
-			c := goredis.NewClient(o)
-			err = c.Ping(ctx).Err()
-			c.Close()
-		}
-		if err != nil {
-			return &servers.Unavailable{Backend: n, Err: err, Fix: "check REDIS_URL (redis://[user:password@]host:port/db), or unset it to let the harness start redis-server"}
+		if o, err = goredis.ParseURL(c.endpoint); err == nil {
+			o.TLSConfig, o.DialTimeout, o.MaxRetries = c.tls, 3*time.Second, -1
+			rc := goredis.NewClient(o)
+			err = rc.Ping(ctx).Err()
+			rc.Close()
 		}
 	case "postgres":
 		var p *pgxpool.Pool
-		if p, err = pgxpool.New(ctx, strings.TrimSpace(ep)); err == nil {
+		if p, err = pgxpool.New(ctx, strings.TrimSpace(c.endpoint)); err == nil {
 			err = p.Ping(ctx)
 			p.Close()
 		}
-		if err != nil {
-			return &servers.Unavailable{Backend: n, Err: err, Fix: "check DATABASE_URL or the PG* variables, or unset them to let the harness make a throwaway cluster"}
-		}
 	case "consul":
-		ac := consulapi.DefaultConfig()
-		ac.Address = ep
-		var c *consulapi.Client
-		if c, err = consulapi.NewClient(ac); err == nil {
-			_, err = c.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx))
-		}
-		if err != nil {
-			return &servers.Unavailable{Backend: n, Err: err, Fix: "check CONSUL_HTTP_ADDR (host:port of an agent), or unset it to let the harness start one"}
+		var cc *consulapi.Client
+		if cc, err = consulClient(c, ""); err == nil {
+			if _, err = cc.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx)); err == nil {
+				// The leader is public; a key read needs the token.
+				_, _, err = cc.KV().Get("locksuite/probe", (&consulapi.QueryOptions{}).WithContext(ctx))
+			}
 		}
 	case "etcd":
-		var c *clientv3.Client
-		if c, err = clientv3.New(clientv3.Config{Endpoints: strings.Split(ep, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop()}); err == nil {
-			_, err = c.Status(ctx, strings.Split(ep, ",")[0])
-			c.Close()
-		}
-		if err != nil {
-			return &servers.Unavailable{Backend: n, Err: err, Fix: "check ETCDCTL_ENDPOINTS (host:port,...), or unset it to use the embedded server"}
+		var ec *clientv3.Client
+		if ec, err = c.etcdClient(); err == nil {
+			if _, err = ec.Status(ctx, strings.Split(c.endpoint, ",")[0]); err == nil {
+				// Status is public; a read needs the user.
+				_, err = ec.Get(ctx, "locksuite/probe")
+			}
+			ec.Close()
 		}
 	}
+	if err != nil {
+		return unavailable(n, c, err)
+	}
 	return nil
+}
+
+// consulClient is an API client for c, at address if not empty (a fault
+// proxy).
+func consulClient(c *conn, address string) (*consulapi.Client, error) {
+	ac := consulapi.DefaultConfig()
+	ac.Address, ac.Token = c.endpoint, c.token
+	if address != "" {
+		ac.Address = address
+	}
+	if c.tls != nil {
+		ac.Scheme = "https"
+		ac.Transport.TLSClientConfig = c.tls
+	}
+	return consulapi.NewClient(ac)
 }
 
 // Available reports whether backend n is running or reachable.
@@ -261,7 +284,10 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 	cfg := suite.NewConfig()
 	cfg.Name, cfg.Fenced, cfg.Lease = n, fenced, Leases[n]
 	ep := e.endpoint[n]
+	cn := e.conn(n)
 	cfg.Endpoint = hostPort(n, ep)
+	// Clients dial a fault proxy: TLS still checks the server's name.
+	serverTLS := withServerName(cn.tls, hostOnly(cfg.Endpoint))
 	cfg.NewStore = e.newStore
 	cfg.Chaos = Chaos(n)
 	cfg.WorkerEnv = e.Environ()
@@ -269,15 +295,15 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 		switch n {
 		case "redis":
 			if strings.Contains(ep, "://") {
-				return redis.New(redis.Config{URL: ep, Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
+				return redis.New(redis.Config{URL: ep, Addr: c.Endpoint, TLS: cn.tls, Key: c.Key, Lease: c.Lease})
 			}
 			return redis.New(redis.Config{Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
 		case "postgres":
 			return postgres.New(postgres.Config{ConnString: strings.TrimSpace(ep), Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
 		case "consul":
-			return consul.New(consul.Config{Address: c.Endpoint, Key: c.Key, TTL: c.Lease})
+			return consul.New(consul.Config{Address: c.Endpoint, Token: cn.token, TLS: serverTLS, Key: c.Key, TTL: c.Lease})
 		case "etcd":
-			return etcd.New(etcd.Config{Endpoints: []string{c.Endpoint}, Key: c.Key, TTL: c.Lease})
+			return etcd.New(etcd.Config{Endpoints: []string{c.Endpoint}, TLS: serverTLS, Username: cn.user, Password: cn.password, Key: c.Key, TTL: c.Lease})
 		}
 		return nil, fmt.Errorf("local: unknown backend %q", n)
 	}
@@ -300,17 +326,16 @@ func hostPort(n, ep string) string {
 		ep = strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
 	case "consul":
 		ep = strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
-	case "redis", "postgres":
+	case "redis":
 		if strings.Contains(ep, "://") {
 			if u, err := url.Parse(ep); err == nil {
 				ep = u.Host
 			}
-		} else if n == "postgres" {
-			h, p := os.Getenv("PGHOST"), os.Getenv("PGPORT")
-			if p == "" {
-				p = "5432"
-			}
-			ep = net.JoinHostPort(h, p)
+		}
+	case "postgres":
+		// A URL, a key=value DSN or libpq's variables: pgx knows where.
+		if pc, err := pgconn.ParseConfig(ep); err == nil {
+			ep = net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port)))
 		}
 	}
 	return ep
@@ -318,10 +343,17 @@ func hostPort(n, ep string) string {
 
 // Environ names every server of e in the ecosystem's variables, so that a
 // process started with them (a chaos worker) connects to these servers
-// instead of starting its own.
+// instead of starting its own. For a server the user named, they are the
+// user's variables, credentials and TLS settings included: pass them to
+// child processes only, never print them.
 func (e *Env) Environ() []string {
 	var out []string
 	for n, ep := range e.endpoint {
+		if c := e.conns[n]; c != nil {
+			// Named by the user: the same variables, credentials included.
+			out = append(out, c.env...)
+			continue
+		}
 		switch n {
 		case "redis":
 			if !strings.Contains(ep, "://") {
