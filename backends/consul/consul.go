@@ -97,6 +97,8 @@ func New(cfg Config) (backends.Locker, error) {
 		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}
 		if cfg.TLS != nil {
 			ac.Transport.TLSClientConfig = cfg.TLS.Clone()
+			// This transport speaks HTTP/1.1: never offer h2 in ALPN.
+			ac.Transport.TLSClientConfig.NextProtos = nil
 			ac.Scheme = "https"
 		}
 		var err error

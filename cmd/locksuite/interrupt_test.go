@@ -17,7 +17,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("LOCKSUITE_TEST_AS_CLI") == "1" {
 		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopSecured()
+	os.Exit(code)
 }
 
 // TestInterruptLeavesNothing interrupts a run (SIGINT, as Ctrl-C) while its

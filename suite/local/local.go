@@ -270,7 +270,7 @@ func consulClient(c *conn, address string) (*consulapi.Client, error) {
 	}
 	if c.tls != nil {
 		ac.Scheme = "https"
-		ac.Transport.TLSClientConfig = c.tls
+		ac.Transport.TLSClientConfig = c.tls.Clone() // the transport adds h2 to its config
 	}
 	return consulapi.NewClient(ac)
 }
