@@ -1,0 +1,63 @@
+package local
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestCredentialsFromEnv: the ecosystem's variables give each backend its
+// credentials and TLS settings, and the same variables reach worker
+// processes through Config.WorkerEnv, and no other variable does.
+func TestCredentialsFromEnv(t *testing.T) {
+	vars := map[string]string{
+		"REDIS_URL":          "rediss://app:redispw@127.0.0.1:6380/0",
+		"PGHOST":             "127.0.0.1",
+		"PGPORT":             "5433",
+		"PGPASSWORD":         "pgpw",
+		"PGSSLMODE":          "require",
+		"CONSUL_HTTP_ADDR":   "https://127.0.0.1:8501",
+		"CONSUL_HTTP_TOKEN":  "consul-token",
+		"ETCDCTL_ENDPOINTS":  "https://127.0.0.1:2379",
+		"ETCDCTL_USER":       "root:etcdpw",
+		"CONSUL_HTTP_SSL":    "true",
+		"UNRELATED_PASSWORD": "not-ours",
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}}
+	for _, n := range Names {
+		c, err := fromEnv(n)
+		if err != nil || c == nil {
+			t.Fatalf("%s: %v, %v", n, c, err)
+		}
+		e.conns[n], e.endpoint[n] = c, c.endpoint
+	}
+	r, p, cs, et := e.conns["redis"], e.conns["postgres"], e.conns["consul"], e.conns["etcd"]
+	if r.tls == nil || r.tls.ServerName != "127.0.0.1" || !slices.Contains(r.secrets, "redispw") {
+		t.Errorf("redis: TLS %v, secrets %q: want rediss:// TLS for 127.0.0.1 and the URL's password as a secret", r.tls, r.secrets)
+	}
+	if !slices.Contains(p.secrets, "pgpw") || hostPort("postgres", p.endpoint) != "127.0.0.1:5433" {
+		t.Errorf("postgres: secrets %q, address %s", p.secrets, hostPort("postgres", p.endpoint))
+	}
+	if cs.token != "consul-token" || cs.tls == nil {
+		t.Errorf("consul: token %q, TLS %v", cs.token, cs.tls)
+	}
+	if et.user != "root" || et.password != "etcdpw" || et.tls == nil {
+		t.Errorf("etcd: user %q password %q TLS %v", et.user, et.password, et.tls)
+	}
+	cfg := e.Config("redis", true)
+	env := strings.Join(cfg.WorkerEnv, "\n")
+	for k, v := range vars {
+		in := strings.Contains(env, k+"="+v)
+		if k == "UNRELATED_PASSWORD" && in {
+			t.Errorf("WorkerEnv carries %s", k)
+		} else if k != "UNRELATED_PASSWORD" && !in {
+			t.Errorf("WorkerEnv lacks %s", k)
+		}
+	}
+	if cfg.Endpoint != "127.0.0.1:6380" {
+		t.Errorf("redis Config.Endpoint %q: want the URL's host:port, without credentials", cfg.Endpoint)
+	}
+}
