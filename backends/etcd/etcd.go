@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,8 +39,8 @@ type Config struct {
 	// configuration: RootCAs for the server's CA (etcdctl's --cacert),
 	// Certificates for a client certificate (--cert, --key). When its
 	// ServerName is empty, each endpoint's host is verified. Default nil:
-	// plain connections, unless an endpoint is an https:// URL (then the
-	// system's roots).
+	// plain connections, except to https:// endpoints (TLS with the
+	// system's roots, as clientv3 does).
 	TLS *tls.Config
 	// Username and Password, if Username is set, authenticate the client
 	// (etcdctl's --user user:password); the client takes a token at
@@ -94,13 +93,6 @@ func New(cfg Config) (backends.Locker, error) {
 			TLS:         cfg.TLS,
 			Username:    cfg.Username,
 			Password:    cfg.Password,
-		}
-		if cc.TLS == nil {
-			for _, ep := range cfg.Endpoints {
-				if strings.HasPrefix(ep, "https://") {
-					cc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
-				}
-			}
 		}
 		c, err := clientv3.New(cc)
 		if err != nil {

@@ -198,7 +198,8 @@ func unavailable(n string, c *conn, err error) error {
 	if c.tls != nil && n != "postgres" {
 		// A TLS failure can hide behind a timeout (gRPC retries until its
 		// deadline): shake hands once more, alone, to see it.
-		if terr := tlsProblem(hostPort(n, c.endpoint), c.tls); terr != nil {
+		var op *net.OpError
+		if terr := tlsProblem(hostPort(n, c.endpoint), c.tls); terr != nil && !(errors.As(terr, &op) && op.Op == "dial") {
 			err = fmt.Errorf("%w; TLS handshake: %v", err, terr)
 			msg = err.Error()
 		}
