@@ -164,10 +164,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 func (e *Env) provide(ctx context.Context, n string) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var (
-		s   servers.Server
-		err error
-	)
+	var s servers.Server
 	c, err := fromEnv(n)
 	if err != nil {
 		e.Unavailable[n] = err
@@ -238,7 +235,7 @@ func probe(ctx context.Context, n string, c *conn) error {
 		}
 	case "consul":
 		var cc *consulapi.Client
-		if cc, err = consulClient(c, ""); err == nil {
+		if cc, err = consulClient(c); err == nil {
 			if _, err = cc.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx)); err == nil {
 				// The leader is public; a key read needs the token.
 				_, _, err = cc.KV().Get("locksuite/probe", (&consulapi.QueryOptions{}).WithContext(ctx))
@@ -260,14 +257,10 @@ func probe(ctx context.Context, n string, c *conn) error {
 	return nil
 }
 
-// consulClient is an API client for c, at address if not empty (a fault
-// proxy).
-func consulClient(c *conn, address string) (*consulapi.Client, error) {
+// consulClient is an API client for c.
+func consulClient(c *conn) (*consulapi.Client, error) {
 	ac := consulapi.DefaultConfig()
 	ac.Address, ac.Token = c.endpoint, c.token
-	if address != "" {
-		ac.Address = address
-	}
 	if c.tls != nil {
 		ac.Scheme = "https"
 		ac.Transport.TLSClientConfig = c.tls.Clone() // the transport adds h2 to its config
