@@ -153,6 +153,7 @@ func leaks(t *testing.T, dir string, bufs map[string][]byte, secrets map[string]
 	if len(texts) < 2 {
 		t.Fatalf("nothing to search in %s", dir)
 	}
+	t.Logf("searched %d files and buffers for %d secrets", len(texts), len(secrets))
 	var out []string
 	for n, b := range texts {
 		for what, sec := range secrets {
