@@ -1,0 +1,214 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Cluster is a replicated lock service the harness started itself on
+// loopback: several server processes, each with its own ports and
+// directory. Stop ends every process and removes every directory.
+type Cluster interface {
+	Server
+	// Members are the service's server processes, in a fixed order.
+	Members() []*Member
+	// Healthy returns nil when the service serves requests: it has a
+	// leader (a primary) that every running member agrees on, and every
+	// running member answers. A killed member does not count; a stopped
+	// (SIGSTOP) one does, and makes the cluster unhealthy.
+	Healthy(ctx context.Context) error
+	// Leader is the member that leads now (the Raft leader, the primary).
+	Leader(ctx context.Context) (*Member, error)
+	// Restart starts every killed member again, with its data, and waits
+	// until the cluster is healthy with all of them.
+	Restart(ctx context.Context) error
+}
+
+// Member is one server process of a Cluster. Stop and Cont signal it
+// (SIGSTOP, SIGCONT); Kill kills it (SIGKILL) and it stays down until its
+// cluster's Restart.
+type Member struct {
+	name string
+	addr string
+	dir  string
+	// start (re)starts the process; the cluster may change what it runs
+	// (a Redis primary comes back as a replica).
+	start func() (*proc, error)
+
+	mu     sync.Mutex
+	p      *proc
+	killed bool
+}
+
+// Name says which member this is: "etcd-1", "consul-2", "redis-1".
+func (m *Member) Name() string { return m.name }
+
+// Addr is the address clients reach this member on (host:port).
+func (m *Member) Addr() string { return m.addr }
+
+// Pid is the member's process id, 0 while it is killed.
+func (m *Member) Pid() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.killed || m.p == nil {
+		return 0
+	}
+	return m.p.Pid()
+}
+
+func (m *Member) signal(sig syscall.Signal) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.killed || m.p == nil {
+		return fmt.Errorf("%s is not running", m.name)
+	}
+	if err := m.p.exited(); err != nil {
+		return err
+	}
+	return syscall.Kill(-m.p.Pid(), sig)
+}
+
+// Stop stops the member's process (SIGSTOP).
+func (m *Member) Stop() error { return m.signal(syscall.SIGSTOP) }
+
+// Cont continues it (SIGCONT).
+func (m *Member) Cont() error { return m.signal(syscall.SIGCONT) }
+
+// Kill kills the process (SIGKILL) and waits until it is gone.
+func (m *Member) Kill() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.killed || m.p == nil {
+		return nil
+	}
+	m.killed = true
+	_ = syscall.Kill(-m.p.Pid(), syscall.SIGKILL)
+	<-m.p.done
+	return nil
+}
+
+// Running reports whether the member is neither killed nor exited.
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.killed && m.p != nil && m.p.exited() == nil
+}
+
+// Killed reports whether the member was killed and not restarted.
+func (m *Member) Killed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.killed
+}
+
+// run starts the process (again).
+func (m *Member) run() error {
+	p, err := m.start()
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.p, m.killed = p, false
+	m.mu.Unlock()
+	return nil
+}
+
+// end stops the process for good (teardown).
+func (m *Member) end(sig syscall.Signal, grace time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.p != nil && !m.killed {
+		m.p.stop(sig, grace)
+	}
+	m.killed = true
+}
+
+// exitedErr is the error of a member that died on its own, with its log.
+func (m *Member) exitedErr() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.killed || m.p == nil {
+		return nil
+	}
+	return m.p.exited()
+}
+
+// running returns the members that are running, and an error naming any
+// that died on its own.
+func running(ms []*Member) ([]*Member, error) {
+	var out []*Member
+	for _, m := range ms {
+		if err := m.exitedErr(); err != nil {
+			return nil, err
+		}
+		if m.Running() {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no member is running")
+	}
+	return out, nil
+}
+
+// startProcEnv is startProc with extra environment: argv[0] is run with env
+// added to this process's environment, output in dir/name.log (appended to,
+// so that a restarted member's log keeps the earlier run's).
+func startProcEnv(name, dir string, env []string, argv ...string) (*proc, error) {
+	logPath := filepath.Join(dir, name+".log")
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr, cmd.Dir = lf, lf, dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// waitHealthy polls healthy every 100 ms until it returns nil, or fails
+// with its last error after timeout.
+func waitHealthy(ctx context.Context, timeout time.Duration, healthy func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		last = healthy(cctx)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not healthy after %v: %w", timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// restartKilled runs every killed member again.
+func restartKilled(ms []*Member) error {
+	for _, m := range ms {
+		if m.Killed() {
+			if err := m.run(); err != nil {
+				return fmt.Errorf("restart %s: %w", m.name, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package servers
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestClusters starts each cluster, checks it is healthy with a leader,
+// kills the leader, waits until a new one serves, restarts the killed
+// member, and stops the cluster: no member process and no directory may be
+// left.
+func TestClusters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real clusters")
+	}
+	for _, tc := range []struct {
+		name  string
+		start func(context.Context) (Cluster, string, []int, error)
+	}{
+		{"etcd-cluster", func(ctx context.Context) (Cluster, string, []int, error) {
+			c, err := StartEtcdCluster(ctx, 3)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			return c, c.dir, nil, nil
+		}},
+		{"redis-sentinel", func(ctx context.Context) (Cluster, string, []int, error) {
+			c, err := StartRedisSentinel(ctx)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			var pids []int
+			for _, p := range c.sentinels {
+				pids = append(pids, p.Pid())
+			}
+			return c, c.dir, pids, nil
+		}},
+		{"consul-cluster", func(ctx context.Context) (Cluster, string, []int, error) {
+			c, err := StartConsulCluster(ctx, 3)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			return c, c.dir, nil, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			t0 := time.Now()
+			c, dir, pids, err := tc.start(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Stop()
+			t.Logf("healthy at %s in %v", c.Endpoint(), time.Since(t0).Round(time.Millisecond))
+			for _, m := range c.Members() {
+				pids = append(pids, m.Pid())
+			}
+			if err := c.Healthy(ctx); err != nil {
+				t.Fatalf("healthy after start: %v", err)
+			}
+			old, err := c.Leader(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := old.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			t1 := time.Now()
+			if err := waitHealthy(ctx, time.Minute, c.Healthy); err != nil {
+				t.Fatalf("after killing the leader %s: %v", old.Name(), err)
+			}
+			l, err := c.Leader(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l == old {
+				t.Fatalf("the killed member %s still leads", old.Name())
+			}
+			t.Logf("killed %s; %s leads, healthy after %v", old.Name(), l.Name(), time.Since(t1).Round(time.Millisecond))
+			t2 := time.Now()
+			if err := c.Restart(ctx); err != nil {
+				t.Fatalf("restart %s: %v", old.Name(), err)
+			}
+			t.Logf("%s restarted, healthy with every member after %v", old.Name(), time.Since(t2).Round(time.Millisecond))
+			pids = append(pids, old.Pid())
+			if err := c.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			for _, pid := range pids {
+				if pid != 0 && syscall.Kill(pid, 0) == nil {
+					t.Errorf("process %d still exists after Stop", pid)
+				}
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("directory %s still exists after Stop (%v)", dir, err)
+			}
+		})
+	}
+}

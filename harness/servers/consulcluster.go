@@ -1,0 +1,192 @@
+package servers
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// ConsulCluster is n Consul servers (-server, -bootstrap-expect=n, joined
+// with retry_join), each its own process with its own ports and data
+// directory. Started by StartConsulCluster.
+type ConsulCluster struct {
+	dir     string
+	members []*Member
+	raft    map[string]*Member // Raft address (the server port) → member
+	clients map[*Member]*api.Client
+	once    sync.Once
+}
+
+func (s *ConsulCluster) Name() string { return "consul-cluster" }
+
+// Endpoint is every server's HTTP address, comma-separated.
+func (s *ConsulCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") }
+
+// Addrs are the servers' HTTP addresses.
+func (s *ConsulCluster) Addrs() []string {
+	var out []string
+	for _, m := range s.members {
+		out = append(out, m.addr)
+	}
+	return out
+}
+
+func (s *ConsulCluster) Members() []*Member { return s.members }
+
+// StartConsulCluster starts n Consul servers (the binary of ConsulBinary) on
+// free loopback ports with session_ttl_min = "100ms", as StartConsul does,
+// and raft_multiplier = 1 (Consul's production recommendation: a leader is
+// replaced about 1-2 s after it fails, not 5-10 s), and waits until they
+// have elected a leader and every server answers.
+func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
+	bin, err := ConsulBinary()
+	if err != nil {
+		return nil, &Unavailable{"consul-cluster", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " once), or set LOCKSUITE_CONSUL to a consul binary"}
+	}
+	ports, err := freePorts(4 * n)
+	if err != nil {
+		return nil, &Unavailable{"consul-cluster", err, "free loopback ports"}
+	}
+	dir, err := os.MkdirTemp("", "locksuite-consul-cluster-")
+	if err != nil {
+		return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
+	}
+	s := &ConsulCluster{dir: dir, raft: map[string]*Member{}, clients: map[*Member]*api.Client{}}
+	var join []string
+	for i := range n {
+		join = append(join, fmt.Sprintf("%q", fmt.Sprintf("127.0.0.1:%d", ports[4*i+1])))
+	}
+	for i := range n {
+		name := fmt.Sprintf("consul-%d", i+1)
+		mdir := filepath.Join(dir, name)
+		if err := os.Mkdir(mdir, 0o700); err != nil {
+			s.Stop()
+			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
+		}
+		hcl := fmt.Sprintf(`
+node_name = %q
+server = true
+bootstrap_expect = %d
+data_dir = %q
+bind_addr = "127.0.0.1"
+client_addr = "127.0.0.1"
+advertise_addr = "127.0.0.1"
+ports {
+  http = %d
+  serf_lan = %d
+  serf_wan = %d
+  server = %d
+  dns = -1
+  grpc = -1
+}
+retry_join = [%s]
+retry_interval = "1s"
+session_ttl_min = "100ms"
+performance {
+  raft_multiplier = 1
+}
+disable_update_check = true
+log_level = "warn"
+`, name, n, filepath.Join(mdir, "data"), ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "))
+		cf := filepath.Join(mdir, "locksuite.hcl")
+		if err := os.WriteFile(cf, []byte(hcl), 0o600); err != nil {
+			s.Stop()
+			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
+		}
+		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[4*i]), dir: mdir}
+		m.start = func() (*proc, error) { return startProcEnv(name, mdir, nil, bin, "agent", "-config-file", cf) }
+		if err := m.run(); err != nil {
+			s.Stop()
+			return nil, &Unavailable{"consul-cluster", err, "check that " + bin + " runs"}
+		}
+		s.members = append(s.members, m)
+		s.raft[fmt.Sprintf("127.0.0.1:%d", ports[4*i+3])] = m
+		ac := api.DefaultConfig()
+		ac.Address = m.addr
+		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second}
+		if s.clients[m], err = api.NewClient(ac); err != nil {
+			s.Stop()
+			return nil, &Unavailable{"consul-cluster", err, "a Consul API client"}
+		}
+	}
+	if err := waitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+		s.Stop()
+		return nil, &Unavailable{"consul-cluster", err, "see the servers' logs above"}
+	}
+	return s, nil
+}
+
+// status asks every running server for the leader and returns the one they
+// agree on.
+func (s *ConsulCluster) status(ctx context.Context) (*Member, error) {
+	ms, err := running(s.members)
+	if err != nil {
+		return nil, err
+	}
+	agreed := ""
+	for _, m := range ms {
+		l, err := s.clients[m].Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		switch {
+		case l == "":
+			return nil, fmt.Errorf("%s has no leader", m.name)
+		case agreed != "" && l != agreed:
+			return nil, fmt.Errorf("servers disagree on the leader (%s, %s)", agreed, l)
+		}
+		agreed = l
+	}
+	if l := s.raft[agreed]; l != nil && l.Running() {
+		return l, nil
+	}
+	return nil, fmt.Errorf("the leader %s is not a running server", agreed)
+}
+
+// Healthy: every running server names the same running leader, and a
+// consistent read through each of them (which the leader must confirm with
+// a quorum) succeeds.
+func (s *ConsulCluster) Healthy(ctx context.Context) error {
+	if _, err := s.status(ctx); err != nil {
+		return err
+	}
+	ms, err := running(s.members)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		_, _, err := s.clients[m].KV().Get("locksuite-health", (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return fmt.Errorf("%s: consistent read: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+func (s *ConsulCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
+
+func (s *ConsulCluster) Restart(ctx context.Context) error {
+	if err := restartKilled(s.members); err != nil {
+		return err
+	}
+	return waitHealthy(ctx, 60*time.Second, s.Healthy)
+}
+
+// Stop ends every server and removes the cluster's directory.
+func (s *ConsulCluster) Stop() error {
+	s.once.Do(func() {
+		for _, m := range s.members {
+			m.end(syscall.SIGTERM, 3*time.Second)
+		}
+		os.RemoveAll(s.dir)
+	})
+	return nil
+}

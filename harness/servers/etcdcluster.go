@@ -1,0 +1,243 @@
+package servers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// etcdMemberEnv makes a process an etcd cluster member: see init.
+const etcdMemberEnv = "LOCKSUITE_ETCD_MEMBER"
+
+// etcdMemberSpec is what a member process is told.
+type etcdMemberSpec struct {
+	Name           string `json:"name"`
+	Dir            string `json:"dir"`
+	Client         string `json:"client"` // URL
+	Peer           string `json:"peer"`   // URL
+	InitialCluster string `json:"initial_cluster"`
+	Token          string `json:"token"`
+}
+
+// A member of an etcd cluster is this same binary run again with
+// LOCKSUITE_ETCD_MEMBER set: the process serves the embedded etcd server
+// (go.etcd.io/etcd/server/v3/embed, already linked into every binary that
+// uses this package) until SIGTERM, and never reaches main or the tests.
+// Re-running the current binary, as harness/worker does for chaos workers,
+// needs no build step, no Go toolchain and no source tree at run time, and
+// the member runs exactly the etcd code the coordinator was built with; a
+// separately built `main` would need all three and a cache to invalidate.
+func init() {
+	if v := os.Getenv(etcdMemberEnv); v != "" {
+		os.Exit(serveEtcdMember(v))
+	}
+}
+
+func serveEtcdMember(v string) int {
+	var s etcdMemberSpec
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		fmt.Fprintf(os.Stderr, "etcd member: bad %s: %v\n", etcdMemberEnv, err)
+		return 2
+	}
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = s.Name, s.Dir
+	cu, err1 := url.Parse(s.Client)
+	pu, err2 := url.Parse(s.Peer)
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintf(os.Stderr, "etcd member: %v\n", err)
+		return 2
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster, cfg.InitialClusterToken = s.InitialCluster, s.Token
+	// The single server's timing (StartEtcd): a 1 s lease floor.
+	cfg.TickMs, cfg.ElectionMs = 100, 500
+	cfg.LogLevel = "warn"
+	cfg.LogOutputs = []string{"stderr"}
+	cfg.UnsafeNoFsync = true
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etcd member %s: %v\n", s.Name, err)
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-sig:
+	case err := <-e.Err():
+		fmt.Fprintf(os.Stderr, "etcd member %s: %v\n", s.Name, err)
+	}
+	e.Close()
+	return 0
+}
+
+// EtcdCluster is a three-member etcd cluster, each member its own process,
+// started by StartEtcdCluster.
+type EtcdCluster struct {
+	dir     string
+	members []*Member
+	c       *clientv3.Client
+	mu      sync.Mutex
+	ids     map[uint64]*Member // member ID → member, learnt from Status
+	once    sync.Once
+}
+
+func (s *EtcdCluster) Name() string { return "etcd-cluster" }
+
+// Endpoint is every member's client address, comma-separated.
+func (s *EtcdCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") }
+
+// Addrs are the members' client addresses.
+func (s *EtcdCluster) Addrs() []string {
+	var out []string
+	for _, m := range s.members {
+		out = append(out, m.addr)
+	}
+	return out
+}
+
+func (s *EtcdCluster) Members() []*Member { return s.members }
+
+// StartEtcdCluster starts n etcd members (three for the failover scenario)
+// on free loopback ports, each its own process running the embedded server
+// of this binary (see init), with the single server's timing (100 ms
+// heartbeat, 500 ms election timeout: leases of 1 s and more), and waits
+// until they have elected a leader.
+func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
+	fail := func(err error) error {
+		return &Unavailable{"etcd-cluster", err, "free loopback ports and a writable temporary directory"}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fail(err)
+	}
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, fail(err)
+	}
+	dir, err := os.MkdirTemp("", "locksuite-etcd-cluster-")
+	if err != nil {
+		return nil, fail(err)
+	}
+	s := &EtcdCluster{dir: dir, ids: map[uint64]*Member{}}
+	var initial []string
+	for i := range n {
+		initial = append(initial, fmt.Sprintf("etcd-%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
+	}
+	for i := range n {
+		name := fmt.Sprintf("etcd-%d", i+1)
+		mdir := filepath.Join(dir, name)
+		if err := os.Mkdir(mdir, 0o700); err != nil {
+			s.Stop()
+			return nil, fail(err)
+		}
+		spec, _ := json.Marshal(etcdMemberSpec{
+			Name: name, Dir: filepath.Join(mdir, "data"),
+			Client:         fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			Peer:           fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
+			InitialCluster: strings.Join(initial, ","),
+			Token:          filepath.Base(dir),
+		})
+		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), dir: mdir}
+		m.start = func() (*proc, error) {
+			return startProcEnv(name, mdir, []string{etcdMemberEnv + "=" + string(spec)}, exe)
+		}
+		if err := m.run(); err != nil {
+			s.Stop()
+			return nil, fail(err)
+		}
+		s.members = append(s.members, m)
+	}
+	s.c, err = clientv3.New(clientv3.Config{Endpoints: s.Addrs(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		s.Stop()
+		return nil, fail(err)
+	}
+	if err := waitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
+		s.Stop()
+		return nil, fail(err)
+	}
+	return s, nil
+}
+
+// status asks every running member for its status and returns the leader
+// they agree on.
+func (s *EtcdCluster) status(ctx context.Context) (*Member, []*Member, error) {
+	ms, err := running(s.members)
+	if err != nil {
+		return nil, nil, err
+	}
+	var leader uint64
+	for _, m := range ms {
+		st, err := s.c.Status(ctx, m.addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		s.mu.Lock()
+		s.ids[st.Header.MemberId] = m
+		s.mu.Unlock()
+		switch {
+		case st.Leader == 0:
+			return nil, nil, fmt.Errorf("%s has no leader", m.name)
+		case leader != 0 && st.Leader != leader:
+			return nil, nil, fmt.Errorf("members disagree on the leader (%x, %x)", leader, st.Leader)
+		}
+		leader = st.Leader
+	}
+	s.mu.Lock()
+	l := s.ids[leader]
+	s.mu.Unlock()
+	if l == nil || !l.Running() {
+		return nil, nil, fmt.Errorf("the leader %x is not a running member", leader)
+	}
+	return l, ms, nil
+}
+
+// Healthy: every running member answers and names the same running leader,
+// and a linearizable read (which needs a quorum) succeeds.
+func (s *EtcdCluster) Healthy(ctx context.Context) error {
+	if _, _, err := s.status(ctx); err != nil {
+		return err
+	}
+	_, err := s.c.Get(ctx, "locksuite-health")
+	return err
+}
+
+func (s *EtcdCluster) Leader(ctx context.Context) (*Member, error) {
+	l, _, err := s.status(ctx)
+	return l, err
+}
+
+func (s *EtcdCluster) Restart(ctx context.Context) error {
+	if err := restartKilled(s.members); err != nil {
+		return err
+	}
+	return waitHealthy(ctx, 30*time.Second, s.Healthy)
+}
+
+// Stop ends every member and removes the cluster's directory.
+func (s *EtcdCluster) Stop() error {
+	s.once.Do(func() {
+		if s.c != nil {
+			s.c.Close()
+		}
+		for _, m := range s.members {
+			m.end(syscall.SIGTERM, 5*time.Second)
+		}
+		os.RemoveAll(s.dir)
+	})
+	return nil
+}
