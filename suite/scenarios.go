@@ -352,9 +352,13 @@ func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 		row, err = runDeterministicPause(ctx, cfg, newRunID())
 	case ReleaseAfterExpiry:
 		row, err = runReleaseAfterExpiry(ctx, cfg, newRunID())
+	case Failover:
+		row, err = runFailover(ctx, cfg, newRunID())
+	case FailoverLoad:
+		row, err = runFailoverLoad(ctx, cfg, newRunID())
 	default:
 		if !isChaos(scenario) {
-			return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v or %v", scenario, Scenarios, ChaosScenarios)
+			return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v, %v or %v", scenario, Scenarios, ChaosScenarios, FailoverScenarios)
 		}
 		row, err = runChaos(ctx, cfg, newRunID(), scenario)
 	}

@@ -37,6 +37,12 @@ type Config struct {
 	// Address is host:port or an http(s):// URL of a Consul agent;
 	// https:// means TLS.
 	Address string
+	// Addresses, if not empty, are several agents or servers (host:port) of
+	// one cluster, used instead of Address: requests go to one of them, and
+	// after a request fails (the server died, a connection broke) the next
+	// ones go to the next address, so that renewals outlive the loss of a
+	// server. Default none.
+	Addresses []string
 	// Token is an ACL token, sent in the X-Consul-Token header; empty uses
 	// CONSUL_HTTP_TOKEN if set. The lock needs session:write on the agent's
 	// node and key:write on Key.
@@ -100,6 +106,10 @@ func New(cfg Config) (backends.Locker, error) {
 			// This transport speaks HTTP/1.1: never offer h2 in ALPN.
 			ac.Transport.TLSClientConfig.NextProtos = nil
 			ac.Scheme = "https"
+		}
+		if len(cfg.Addresses) > 0 {
+			ac.Address = cfg.Addresses[0]
+			ac.HttpClient = &http.Client{Transport: &rotating{t: ac.Transport, addrs: cfg.Addresses}}
 		}
 		var err error
 		if c, err = api.NewClient(ac); err != nil {
@@ -260,4 +270,24 @@ func (l *locker) Cleanup(ctx context.Context) error {
 	}
 	_, _, err = l.c.KV().DeleteCAS(p, (&api.WriteOptions{}).WithContext(ctx))
 	return err
+}
+
+// rotating sends each request to the current address, and moves on to the
+// next address after a request fails.
+type rotating struct {
+	t     *http.Transport
+	addrs []string
+	cur   atomic.Uint64
+}
+
+func (r *rotating) RoundTrip(req *http.Request) (*http.Response, error) {
+	i := r.cur.Load()
+	out := req.Clone(req.Context())
+	out.URL.Host = r.addrs[i%uint64(len(r.addrs))]
+	out.Host = out.URL.Host
+	resp, err := r.t.RoundTrip(out)
+	if err != nil {
+		r.cur.CompareAndSwap(i, i+1)
+	}
+	return resp, err
 }

@@ -59,6 +59,18 @@ type Config struct {
 	// private CA. When its ServerName is empty it is the URL's host, or
 	// Addr's host without a URL. Default: TLS only for rediss://.
 	TLS *tls.Config
+	// SentinelAddrs, with MasterName, makes the client ask these Redis
+	// Sentinels (host:port) for the primary of MasterName, and follow it
+	// when the sentinels fail it over (go-redis's NewFailoverClient). They
+	// take precedence over URL and Addr; a URL's password and database
+	// still apply. Default none.
+	SentinelAddrs []string
+	// MasterName is the name the sentinels monitor the primary under.
+	// Required with SentinelAddrs.
+	MasterName string
+	// Dialer, if not nil, makes every connection (to sentinels and to the
+	// primary): the suite puts its fault proxies in it. Default: TCP.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Key names the lock. The fencing counter lives at Key+":fence".
 	// Required.
 	Key string
@@ -114,6 +126,31 @@ func New(cfg Config) (backends.Locker, error) {
 		cfg.Poll = 5 * time.Millisecond
 	}
 	l := &locker{c: cfg.Client, key: cfg.Key, lease: cfg.Lease, poll: cfg.Poll}
+	if l.c == nil && len(cfg.SentinelAddrs) > 0 {
+		if cfg.MasterName == "" {
+			return nil, errors.New("redis: Config.SentinelAddrs without MasterName: name the primary the sentinels monitor")
+		}
+		fo := &goredis.FailoverOptions{MasterName: cfg.MasterName, SentinelAddrs: cfg.SentinelAddrs,
+			DialTimeout: 2 * time.Second, PoolSize: 2, Dialer: cfg.Dialer}
+		if cfg.URL != "" {
+			o, err := goredis.ParseURL(cfg.URL)
+			if err != nil {
+				return nil, fmt.Errorf("redis: bad URL %s: %v (expected redis://[user:password@]host:port/db)",
+					redact.URL(cfg.URL), redact.Error(err, urlPassword(cfg.URL)))
+			}
+			fo.Username, fo.Password, fo.DB, fo.TLSConfig = o.Username, o.Password, o.DB, o.TLSConfig
+		}
+		if cfg.Username != "" {
+			fo.Username = cfg.Username
+		}
+		if cfg.Password != "" {
+			fo.Password = cfg.Password
+		}
+		if cfg.TLS != nil {
+			fo.TLSConfig = cfg.TLS.Clone()
+		}
+		l.c, l.own = goredis.NewFailoverClient(fo), true
+	}
 	if l.c == nil {
 		var opts *goredis.Options
 		switch {
@@ -152,6 +189,9 @@ func New(cfg Config) (backends.Locker, error) {
 			}
 		}
 		opts.DialTimeout = 2 * time.Second
+		if cfg.Dialer != nil {
+			opts.Dialer = cfg.Dialer
+		}
 		// One connection per Locker: a client is one process holding one lock.
 		opts.PoolSize = 2
 		l.c, l.own = goredis.NewClient(opts), true

@@ -145,8 +145,8 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("locksuite run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+`; each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from REDIS_URL, DATABASE_URL/PG*, ETCDCTL_ENDPOINTS, CONSUL_HTTP_ADDR`)
-	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ","))
+	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+`; each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from REDIS_URL, DATABASE_URL/PG*, ETCDCTL_ENDPOINTS, CONSUL_HTTP_ADDR; clusters, started here when named (not by all): `+strings.Join(local.Clusters, ","))
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ",")+"; on clusters: "+strings.Join(suite.FailoverScenarios, ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the rows as a Markdown table to `FILE` (for a pull-request comment)")
@@ -190,10 +190,13 @@ Flags:
 		return o, &usageError{fmt.Sprintf("unexpected argument %q: flags only (see locksuite run --help)", fs.Arg(0))}
 	}
 	var err error
-	if o.backends, err = parseList("backends", *backends, local.Names); err != nil {
+	if o.backends, err = parseList("backends", *backends, append(slices.Clone(local.Names), local.Clusters...)); err != nil {
 		return o, err
 	}
-	if o.scenarios, err = parseList("scenarios", *scenarios, append(slices.Clone(suite.Scenarios), suite.ChaosScenarios...)); err != nil {
+	if strings.TrimSpace(*backends) == "all" {
+		o.backends = local.Names // clusters only when named
+	}
+	if o.scenarios, err = parseList("scenarios", *scenarios, slices.Concat(suite.Scenarios, suite.ChaosScenarios, suite.FailoverScenarios)); err != nil {
 		return o, err
 	}
 	modes, err := parseList("fencing", *fencing, []string{"off", "on"})

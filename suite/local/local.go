@@ -90,6 +90,8 @@ type Env struct {
 	Store string
 	pool  *pgxpool.Pool
 	etcd  *clientv3.Client
+	// clusters the harness started, by name: their Configs carry Servers.
+	clusters map[string]servers.Cluster
 }
 
 // Option changes what Start provides.
@@ -114,7 +116,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	if o.store != "" && o.store != "postgres" && o.store != "etcd" {
 		return nil, fmt.Errorf("local: unknown store %q: choose postgres or etcd", o.store)
 	}
-	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}}
+	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}}
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
@@ -135,6 +137,11 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	}
 	for _, n := range Names {
 		if want[n] && n != "postgres" {
+			e.provide(ctx, n)
+		}
+	}
+	for _, n := range Clusters {
+		if want[n] {
 			e.provide(ctx, n)
 		}
 	}
@@ -162,15 +169,30 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 
 // provide starts backend n or connects to the one the environment names.
 func (e *Env) provide(ctx context.Context, n string) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	timeout := 30 * time.Second
+	if isCluster(n) {
+		timeout = 60 * time.Second // three processes, and an election
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var s servers.Server
-	c, err := fromEnv(n)
-	if err != nil {
+	var (
+		s   servers.Server
+		c   *conn
+		err error
+	)
+	if isCluster(n) {
+		if ext := clusterFromEnv(n); ext != "" {
+			s = servers.External(n, ext)
+		} else {
+			var cl servers.Cluster
+			if cl, err = startCluster(ctx, n); err == nil {
+				s, e.clusters[n] = cl, cl
+			}
+		}
+	} else if c, err = fromEnv(n); err != nil {
 		e.Unavailable[n] = err
 		return
-	}
-	if c != nil {
+	} else if c != nil {
 		s = servers.External(n, c.endpoint)
 		e.conns[n] = c
 		err = probe(ctx, n, c)
@@ -185,7 +207,7 @@ func (e *Env) provide(ctx context.Context, n string) {
 		case "etcd":
 			s, err = servers.StartEtcd(ctx)
 		default:
-			err = fmt.Errorf("unknown backend %q: choose from %s", n, strings.Join(Names, ", "))
+			err = fmt.Errorf("unknown backend %q: choose from %s or %s", n, strings.Join(Names, ", "), strings.Join(Clusters, ", "))
 		}
 	}
 	if err != nil {
@@ -272,8 +294,17 @@ func consulClient(c *conn) (*consulapi.Client, error) {
 func (e *Env) Available(n string) bool { return e.endpoint[n] != "" }
 
 // Config returns the suite configuration for backend n, which must be
-// Available, with the given fencing mode and the default lease for n.
+// Available, with the given fencing mode and the default lease for n (for a
+// cluster, that of its single-server backend).
+//
+// A cluster's Config has no Endpoint: a client talks to several members,
+// each through a proxy of its own, and the Locker is a backends.Freezer
+// that freezes them all. It has Servers when the harness started the
+// cluster.
 func (e *Env) Config(n string, fenced bool) suite.Config {
+	if isCluster(n) {
+		return e.clusterConfig(n, fenced)
+	}
 	cfg := suite.NewConfig()
 	cfg.Name, cfg.Fenced, cfg.Lease = n, fenced, Leases[n]
 	ep := e.endpoint[n]
@@ -299,6 +330,22 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 			return etcd.New(etcd.Config{Endpoints: []string{c.Endpoint}, TLS: serverTLS, Username: cn.user, Password: cn.password, Key: c.Key, TTL: c.Lease})
 		}
 		return nil, fmt.Errorf("local: unknown backend %q", n)
+	}
+	return cfg
+}
+
+func (e *Env) clusterConfig(n string, fenced bool) suite.Config {
+	cfg := suite.NewConfig()
+	cfg.Name, cfg.Fenced, cfg.Lease = n, fenced, Leases[base(n)]
+	cfg.NewStore = e.newStore
+	cfg.Chaos = Chaos(base(n))
+	cfg.WorkerEnv = e.Environ()
+	if c := e.clusters[n]; c != nil {
+		cfg.Servers = newServers(c)
+	}
+	addrs := clusterAddrs(e.endpoint[n])
+	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
+		return newClusterLocker(n, addrs, c)
 	}
 	return cfg
 }
@@ -361,6 +408,10 @@ func (e *Env) Environ() []string {
 			out = append(out, "CONSUL_HTTP_ADDR="+ep)
 		case "etcd":
 			out = append(out, "ETCDCTL_ENDPOINTS="+ep)
+		default:
+			if v := clusterEnv[n]; v != "" {
+				out = append(out, v+"="+ep)
+			}
 		}
 	}
 	return out
