@@ -3,6 +3,8 @@
 # Debian or Ubuntu machine, and nothing it already has. Idempotent; safe to
 # copy into a lock library's CI.
 #   - redis-server (apt), for the Redis backend
+#   - redis-sentinel (apt), for the redis-sentinel cluster (primary, replica,
+#     three Sentinels) of the failover scenarios
 #   - PostgreSQL's server (apt postgresql-15), for the Postgres backend and the
 #     counter store; the harness makes a throwaway cluster with initdb
 #   - Consul 1.13.9, built from source with `go build` from the tools module in
@@ -30,6 +32,12 @@ if ! command -v redis-server >/dev/null; then
   apt_install redis-server
   # Debian's package may start a system instance; the harness starts its own.
   as_root service redis-server stop >/dev/null 2>&1 || true
+fi
+if ! command -v redis-sentinel >/dev/null; then
+  echo "ci/setup.sh: installing redis-sentinel"
+  apt_install redis-sentinel
+  # Its package starts a system sentinel; the harness starts its own.
+  as_root service redis-sentinel stop >/dev/null 2>&1 || true
 fi
 if ! have_pg; then
   echo "ci/setup.sh: installing postgresql-15"

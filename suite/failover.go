@@ -33,8 +33,6 @@ const (
 // implementing Leaderer, and are skipped otherwise.
 var FailoverScenarios = []string{Failover, FailoverLoad}
 
-func isFailover(s string) bool { return s == Failover || s == FailoverLoad }
-
 // Lagger is an optional capability of Servers whose replication is
 // asynchronous (a Redis primary and its replica). Lag makes the members that
 // would take over from the leader fall behind from now on: writes the
@@ -319,10 +317,14 @@ func runFailover(ctx context.Context, cfg Config, runID string) (report.Row, err
 		res = checker.Result{Verdict: checker.Unknown, Reason: fmt.Sprintf("B never completed a section after the failover (%d failed attempts): %v", failedB, errB)}
 	} else {
 		res = finish(ctx, s, rec)
-		if waitedFor != "" && res.Reason == "" {
-			res.Reason = waitedFor
-		} else if waitedFor != "" {
-			res.Reason += "; " + waitedFor
+		if waitedFor != "" {
+			if fa, fb := fences(rec.Sections()); fa != 0 && fb != 0 && cfg.Fenced {
+				waitedFor += fmt.Sprintf(" (fences: A %d, B %d)", fa, fb)
+			}
+			if res.Reason != "" {
+				res.Reason += "; "
+			}
+			res.Reason += waitedFor
 		}
 	}
 	if err := f.restore(ctx); err != nil {
@@ -335,6 +337,19 @@ func runFailover(ctx context.Context, cfg Config, runID string) (report.Row, err
 		row.Schedule += fmt.Sprintf(", B failed %d attempts", failedB)
 	}
 	return row, nil
+}
+
+// fences are the fences of A's (client 0) and B's (client 1) first grants.
+func fences(secs []history.Section) (a, b uint64) {
+	for _, sec := range secs {
+		switch {
+		case sec.Client == 0 && a == 0:
+			a = sec.Fence
+		case sec.Client == 1 && b == 0:
+			b = sec.Fence
+		}
+	}
+	return a, b
 }
 
 // runFailoverLoad: Clients clients increment (each retrying through

@@ -23,6 +23,8 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/suite"
@@ -45,6 +47,9 @@ baseline kept it and every control was caught; 1 when one did not (a finding);
 `
 
 func main() {
+	// go-redis logs every Sentinel failover it follows on stderr, which
+	// carries the CLI's own messages; the rows report the failover.
+	goredis.SetLogger(&logging.VoidLogger{})
 	os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 }
 
