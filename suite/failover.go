@@ -434,7 +434,7 @@ func runFailoverLoad(ctx context.Context, cfg Config, runID string) (report.Row,
 	return row, nil
 }
 
-// failoverSpecs registers the failover scenarios (label "failover"). What
+// failoverSpecs registers the failover scenarios (label "cluster"). What
 // each asserts: with a consensus-replicated service (Servers without
 // Lagger), the invariant holds, fenced or not: a leader's loss must not
 // lose a grant. With asynchronous replication (Lagger), unfenced and
@@ -447,7 +447,7 @@ func failoverSpecs(c *Config, runID string, record func(string, report.Row, erro
 		FailoverLoad: "keeps the invariant when the leader is killed under load",
 	}
 	for _, sc := range FailoverScenarios {
-		It(text[sc], Label("failover", sc), func(ctx SpecContext) {
+		It(text[sc], Label("cluster", sc), func(ctx SpecContext) {
 			var (
 				row report.Row
 				err error
