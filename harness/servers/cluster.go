@@ -158,10 +158,10 @@ func running(ms []*Member) ([]*Member, error) {
 	return out, nil
 }
 
-// startProcEnv is startProc with extra environment: argv[0] is run with env
+// startMemberProc is startProc with extra environment: argv[0] is run with env
 // added to this process's environment, output in dir/name.log (appended to,
 // so that a restarted member's log keeps the earlier run's).
-func startProcEnv(name, dir string, env []string, argv ...string) (*proc, error) {
+func startMemberProc(name, dir string, env []string, argv ...string) (*proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -102,7 +102,7 @@ log_level = "warn"
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 		}
 		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[4*i]), dir: mdir}
-		m.start = func() (*proc, error) { return startProcEnv(name, mdir, nil, bin, "agent", "-config-file", cf) }
+		m.start = func() (*proc, error) { return startMemberProc(name, mdir, nil, bin, "agent", "-config-file", cf) }
 		if err := m.run(); err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "check that " + bin + " runs"}

@@ -153,7 +153,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 		})
 		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), dir: mdir}
 		m.start = func() (*proc, error) {
-			return startProcEnv(name, mdir, []string{etcdMemberEnv + "=" + string(spec)}, exe)
+			return startMemberProc(name, mdir, []string{etcdMemberEnv + "=" + string(spec)}, exe)
 		}
 		if err := m.run(); err != nil {
 			s.Stop()

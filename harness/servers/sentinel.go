@@ -93,7 +93,7 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 				h, pt, _ := net.SplitHostPort(p)
 				argv = append(argv, "--replicaof", h, pt)
 			}
-			return startProcEnv(name, mdir, nil, argv...)
+			return startMemberProc(name, mdir, nil, argv...)
 		}
 		if err := m.run(); err != nil {
 			s.Stop()
@@ -124,7 +124,7 @@ sentinel parallel-syncs %s 1
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
-		p, err := startProcEnv(name, sdir, nil, sen, cf)
+		p, err := startMemberProc(name, sdir, nil, sen, cf)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+sen+" runs")
