@@ -32,3 +32,21 @@ func TestConfigCredentialsAndTLS(t *testing.T) {
 		t.Errorf("bad URL: error %v: want one without the password", err)
 	}
 }
+
+// TestConfigSentinel: SentinelAddrs needs MasterName, and a URL's
+// credentials and database carry over to the failover client.
+func TestConfigSentinel(t *testing.T) {
+	_, err := New(Config{SentinelAddrs: []string{"127.0.0.1:26379"}, Key: "k"})
+	if err == nil || !strings.Contains(err.Error(), "MasterName") {
+		t.Errorf("SentinelAddrs without MasterName: error %v, want one naming MasterName", err)
+	}
+	l, err := New(Config{SentinelAddrs: []string{"127.0.0.1:26379"}, MasterName: "m", URL: "redis://app:s3cret@ignored:6379/3", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	o := l.(*locker).c.Options()
+	if o.Username != "app" || o.Password != "s3cret" || o.DB != 3 {
+		t.Errorf("failover client user %q password %q db %d: want the URL's", o.Username, o.Password, o.DB)
+	}
+}
