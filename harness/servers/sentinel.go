@@ -50,13 +50,17 @@ func (s *RedisSentinel) Members() []*Member { return s.members }
 // StartRedisSentinel starts Debian's redis-server twice (a primary, and a
 // replica of it: asynchronous replication, no persistence) and
 // redis-sentinel three times, each monitoring the primary with quorum 2,
-// down-after-milliseconds 500 and failover-timeout 2000, on free loopback
+// down-after-milliseconds 1000 and failover-timeout 2000, on free loopback
 // ports; and waits until the sentinels agree on the primary, know each
 // other and the replica, and the replica is in sync.
 //
 // The sentinels' INFO and hello periods are shortened with SENTINEL DEBUG
 // (Redis 7) from 10 s and 2 s to 1 s and 500 ms, so that a restarted
 // replica is known, and a failover completes, in seconds.
+// down-after-milliseconds stays at Sentinel's 1 s ping period: at 500 ms
+// the sentinels took a just-promoted primary, whose new link had not yet
+// answered a PING, for down, tried to fail it over, found no replica, and
+// then waited 2 × failover-timeout before the next real failover.
 func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 	fail := func(err error, fix string) error { return &Unavailable{"redis-sentinel", err, fix} }
 	srv, err := lookPath("redis-server")
@@ -115,7 +119,7 @@ daemonize no
 protected-mode no
 dir %s
 sentinel monitor %s 127.0.0.1 %d 2
-sentinel down-after-milliseconds %s 500
+sentinel down-after-milliseconds %s 1000
 sentinel failover-timeout %s 2000
 sentinel parallel-syncs %s 1
 `, port, sdir, SentinelMaster, ports[0], SentinelMaster, SentinelMaster, SentinelMaster)
@@ -311,7 +315,7 @@ func (s *RedisSentinel) Restart(ctx context.Context) error {
 // KILL TYPE replica), so that writes acknowledged from now on exist on the
 // primary only, as writes within an asynchronous replica's lag do. resume
 // continues the replicas; they resynchronise if the primary is still there.
-// A stopped replica must be resumed within down-after-milliseconds (500 ms)
+// A stopped replica must be resumed within down-after-milliseconds (1 s)
 // to stay eligible for promotion.
 func (s *RedisSentinel) HoldReplication(ctx context.Context) (resume func() error, err error) {
 	p, err := s.sentinelPrimary(ctx)
