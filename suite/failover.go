@@ -93,6 +93,9 @@ type failoverFault struct {
 	mu      sync.Mutex
 	ok      chan struct{} // closed once healthy again
 	err     error         // not healthy within recoveryTimeout
+	// resumed and restored say what is undone: cleanup undoes the rest
+	// when a scenario ends early.
+	resumed, restored bool
 }
 
 // prepareFailover checks the service, finds its leader and, where
@@ -136,6 +139,7 @@ func (f *failoverFault) kill(ctx context.Context, rec *history.Recorder) error {
 	f.killed = rec.Now()
 	err := f.victim.Kill()
 	if f.resume != nil {
+		f.resumed = true
 		err = errors.Join(err, f.resume())
 	}
 	if err != nil {
@@ -166,6 +170,7 @@ func (f *failoverFault) recovered(ctx context.Context) (time.Duration, error) {
 
 // restore brings the killed member back, where the service can.
 func (f *failoverFault) restore(ctx context.Context) error {
+	f.restored = true
 	if rs, ok := f.servers.(Restarter); ok {
 		rctx, cancel := context.WithTimeout(ctx, recoveryTimeout)
 		defer cancel()
@@ -174,6 +179,18 @@ func (f *failoverFault) restore(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// cleanup, deferred by each scenario, continues lagging replicas and
+// restarts killed members that a scenario ending early left behind.
+func (f *failoverFault) cleanup(ctx context.Context) {
+	if f.resume != nil && !f.resumed {
+		f.resumed = true
+		_ = f.resume()
+	}
+	if f.killed != 0 && !f.restored {
+		_ = f.restore(context.WithoutCancel(ctx))
+	}
 }
 
 // describe is the fault's timing for the report, relative to t0.
@@ -228,6 +245,7 @@ func runFailover(ctx context.Context, cfg Config, runID string) (report.Row, err
 	if err != nil {
 		return report.Row{}, err
 	}
+	defer f.cleanup(ctx)
 	r := newRun(cfg, runID, Failover)
 	defer r.close()
 	if err := r.clients(ctx, 2, false); err != nil {
@@ -361,6 +379,7 @@ func runFailoverLoad(ctx context.Context, cfg Config, runID string) (report.Row,
 	if err != nil {
 		return report.Row{}, err
 	}
+	defer f.cleanup(ctx)
 	r := newRun(cfg, runID, FailoverLoad)
 	defer r.close()
 	if err := r.clients(ctx, cfg.Clients, false); err != nil {
