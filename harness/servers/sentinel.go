@@ -57,10 +57,10 @@ func (s *RedisSentinel) Members() []*Member { return s.members }
 // The sentinels' INFO and hello periods are shortened with SENTINEL DEBUG
 // (Redis 7) from 10 s and 2 s to 1 s and 500 ms, so that a restarted
 // replica is known, and a failover completes, in seconds.
-// down-after-milliseconds stays at Sentinel's 1 s ping period: at 500 ms
-// the sentinels took a just-promoted primary, whose new link had not yet
-// answered a PING, for down, tried to fail it over, found no replica, and
-// then waited 2 × failover-timeout before the next real failover.
+// down-after-milliseconds is 1 s, not less: at 500 ms the sentinels took
+// each just-promoted primary for down half a second after promoting it,
+// tried to fail it over, found no replica, and then waited 2 ×
+// failover-timeout before the next real failover.
 func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 	fail := func(err error, fix string) error { return &Unavailable{"redis-sentinel", err, fix} }
 	srv, err := lookPath("redis-server")
