@@ -131,6 +131,7 @@ func GinkgoTest(cfg *Config) {
 		}, SpecTimeout(specTimeout))
 
 		chaosSpecs(&c, runID, record)
+		faultSpecs(&c, runID, record)
 	})
 }
 

@@ -146,7 +146,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+`; each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from REDIS_URL, DATABASE_URL/PG*, ETCDCTL_ENDPOINTS, CONSUL_HTTP_ADDR`)
-	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ","))
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ",")+"; network and server faults: "+strings.Join(suite.FaultScenarios, ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the rows as a Markdown table to `FILE` (for a pull-request comment)")
@@ -193,7 +193,7 @@ Flags:
 	if o.backends, err = parseList("backends", *backends, local.Names); err != nil {
 		return o, err
 	}
-	if o.scenarios, err = parseList("scenarios", *scenarios, append(slices.Clone(suite.Scenarios), suite.ChaosScenarios...)); err != nil {
+	if o.scenarios, err = parseList("scenarios", *scenarios, slices.Concat(suite.Scenarios, suite.ChaosScenarios, suite.FaultScenarios)); err != nil {
 		return o, err
 	}
 	modes, err := parseList("fencing", *fencing, []string{"off", "on"})
