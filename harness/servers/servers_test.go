@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // TestStartStop starts each server, checks it is healthy (Start waits for
@@ -59,4 +61,69 @@ func TestStartStop(t *testing.T) {
 			t.Errorf("directory %s still exists after Stop (%v)", dir, err)
 		}
 	})
+}
+
+// TestRedisClockJump checks that the harness's redis-server runs under
+// libfaketime and that its key expiry follows the wall clock: a key with a
+// 30 s PX is gone once the server's clock jumps a minute, though only
+// milliseconds passed.
+func TestRedisClockJump(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := StartRedis(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if r.Clock() == nil {
+		t.Fatal("redis-server is not under libfaketime: install Debian's faketime package (ci/setup.sh does)")
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: r.Endpoint()})
+	defer c.Close()
+	before, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "k", "v", 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Clock().Jump(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.Sub(before); d < time.Minute {
+		t.Fatalf("the server's TIME moved %v after a one-minute jump", d)
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("a key with 30s to live still exists after the clock jumped a minute (%d, %v)", n, err)
+	}
+}
+
+// TestStopContinuesAStoppedServer: a server left stopped by a fault
+// (SIGSTOP) is still stopped and removed by Stop.
+func TestStopContinuesAStoppedServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server")
+	}
+	r, err := StartRedis(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, dir := r.Pid(), r.p.dir
+	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop()
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("stopped process %d still exists after Stop", pid)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("directory %s still exists after Stop (%v)", dir, err)
+	}
 }

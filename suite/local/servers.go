@@ -67,10 +67,15 @@ const (
 	noFaketime      = "libfaketime is not installed (apt-get install faketime, or run ci/setup.sh): the harness cannot move redis-server's clock"
 )
 
+// noClock is why a member's clock is not moved; it wraps
+// errors.ErrUnsupported, and its text is the reason alone.
+type noClock string
+
+func (n noClock) Error() string { return string(n) }
+func (n noClock) Unwrap() error { return errors.ErrUnsupported }
+
 func unsupported(reason string) func(context.Context, time.Duration) error {
-	return func(context.Context, time.Duration) error {
-		return fmt.Errorf("%s: %w", reason, errors.ErrUnsupported)
-	}
+	return func(context.Context, time.Duration) error { return noClock(reason) }
 }
 
 // serversFor returns suite.Servers for a server this package started, nil
