@@ -310,11 +310,7 @@ func runHolderFault(ctx context.Context, cfg Config, r *run, scenario string, f 
 		}})
 	wg.Wait()
 	d := time.Since(t0)
-	var skip *skipError
-	if errors.As(faultErr, &skip) {
-		return report.Row{}, faultErr
-	}
-	if faultErr != nil {
+	if faultErr != nil { // a skipError, or the fault could not be made
 		return report.Row{}, faultErr
 	}
 	if errA != nil && !errors.Is(errA, fencing.ErrStale) {
@@ -348,7 +344,7 @@ func runHolderFault(ctx context.Context, cfg Config, r *run, scenario string, f 
 		notes = append(notes, res.Reason)
 	}
 	if bIn {
-		notes = append(notes, fmt.Sprintf("B got the lock %v into the fault", bWaited.Round(time.Millisecond)))
+		notes = append(notes, fmt.Sprintf("B got the lock and wrote %v into the fault", bWaited.Round(time.Millisecond)))
 	} else {
 		notes = append(notes, fmt.Sprintf("the lease held: B waited %v in vain", bWaited.Round(time.Millisecond)))
 	}
