@@ -134,3 +134,15 @@ type Freezer interface {
 type Cleaner interface {
 	Cleanup(ctx context.Context) error
 }
+
+// Terminator is an optional capability of a Lease whose grant lives in a
+// session on the server (a Postgres session holding an advisory lock).
+// Terminate ends that session from outside, over a connection of its own, as
+// an administrator (pg_terminate_backend) or a failover would: the server
+// frees the lock at once. The lease's holder is not told; it finds out when
+// it next uses the session (LossNotifier, if the Lease has it, then fires).
+// Terminate returns once the server has ended the session, or with an error.
+// The suite's session-kill scenario is skipped for a Lease without it.
+type Terminator interface {
+	Terminate(ctx context.Context) error
+}

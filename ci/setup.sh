@@ -7,6 +7,8 @@
 #     three Sentinels) of the failover scenarios
 #   - PostgreSQL's server (apt postgresql-15), for the Postgres backend and the
 #     counter store; the harness makes a throwaway cluster with initdb
+#   - libfaketime (apt faketime), so that the clock-jump scenario can move
+#     the harness's redis-server's wall clock mid-run
 #   - Consul 1.13.9, built from source with `go build` from the tools module in
 #     harness/consulbuild (about 7 minutes the first time) and cached at
 #     ${XDG_CACHE_HOME:-~/.cache}/locksuite/consul-1.13.9
@@ -43,6 +45,11 @@ if ! have_pg; then
   echo "ci/setup.sh: installing postgresql-15"
   apt_install postgresql-15
   as_root service postgresql stop >/dev/null 2>&1 || true
+fi
+have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || ls /usr/lib/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; }
+if ! have_faketime; then
+  echo "ci/setup.sh: installing faketime (libfaketime)"
+  apt_install faketime
 fi
 
 consul_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/consul-1.13.9"

@@ -93,8 +93,9 @@ type Config struct {
 	// "locksuite".
 	Report func(report.Row)
 	// Servers, if not nil, is the lock service's own processes, for the
-	// scenarios that fault the server rather than the client. Default nil:
-	// those scenarios are skipped.
+	// scenarios that fault the server rather than the client (ServerStall,
+	// ClockJump); every fault scenario also checks Servers.Healthy before
+	// its fault and after it heals. Default nil: those two are skipped.
 	Servers Servers
 
 	workerArgv []string // set by Test: how to run this binary as a worker

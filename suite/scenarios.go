@@ -97,7 +97,7 @@ func (r *run) store(ctx context.Context, fenced bool) (fencing.Store, error) {
 func (r *run) close() {
 	for _, p := range r.proxies {
 		if p != nil {
-			p.Thaw()
+			p.Heal()
 		}
 	}
 	// What the lock left on the server (fence counters, keys, sequences):
@@ -357,10 +357,14 @@ func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 	case FailoverLoad:
 		row, err = runFailoverLoad(ctx, cfg, newRunID())
 	default:
-		if !isChaos(scenario) {
-			return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v, %v or %v", scenario, Scenarios, ChaosScenarios, FailoverScenarios)
+		switch {
+		case isChaos(scenario):
+			row, err = runChaos(ctx, cfg, newRunID(), scenario)
+		case isFault(scenario):
+			row, err = runFault(ctx, cfg, newRunID(), scenario)
+		default:
+			return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v, %v, %v or %v", scenario, Scenarios, ChaosScenarios, FaultScenarios, FailoverScenarios)
 		}
-		row, err = runChaos(ctx, cfg, newRunID(), scenario)
 	}
 	var skip *skipError
 	if errors.As(err, &skip) {

@@ -1,6 +1,9 @@
 package suite
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Servers gives the server-fault scenarios (a stalled lock server, a failed
 // leader or primary) their hands on the lock service's own processes. Set
@@ -33,4 +36,15 @@ type Member interface {
 // leads (etcd's or Consul's Raft leader, Redis's primary).
 type Leaderer interface {
 	Leader(ctx context.Context) (Member, error)
+}
+
+// ClockJumper is an optional capability of a Member whose wall clock the
+// harness can move (suite/local runs redis-server under libfaketime).
+// JumpClock moves the member's wall clock (CLOCK_REALTIME) forward by d, as
+// an NTP step or an operator's date command would; its monotonic clock
+// stays. It returns once the member reads the new time. An error wrapping
+// errors.ErrUnsupported says why this member's clock cannot be moved or does
+// not decide its expiry; the clock-jump scenario then skips with that text.
+type ClockJumper interface {
+	JumpClock(ctx context.Context, d time.Duration) error
 }

@@ -72,7 +72,7 @@ func TestSharedServers(t *testing.T) {
 		for _, fenced := range []bool{false, true} {
 			cfg := env.Config(n, fenced)
 			cfg.Duration = 500 * time.Millisecond
-			for _, sc := range []string{suite.Baseline, suite.DeterministicPause, suite.ReleaseAfterExpiry} {
+			for _, sc := range []string{suite.Baseline, suite.DeterministicPause, suite.ReleaseAfterExpiry, suite.PartitionCut, suite.SessionKill, suite.ClockJump} {
 				row, err := suite.Run(ctx, cfg, sc)
 				if err != nil {
 					t.Fatalf("%s fenced=%v %s: %v", n, fenced, sc, err)

@@ -132,6 +132,7 @@ func GinkgoTest(cfg *Config) {
 
 		chaosSpecs(&c, runID, record)
 		failoverSpecs(&c, runID, record)
+		faultSpecs(&c, runID, record)
 	})
 }
 

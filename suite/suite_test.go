@@ -15,7 +15,9 @@ import (
 // every backend (ExpectLoss): a lease alone does not protect a stalled
 // holder's write. Fenced, they must lose none. The chaos scenarios run
 // worker processes (this test binary, run again) with 3 pauses each, so the
-// whole suite takes a few minutes.
+// whole suite takes a few minutes. The fault scenarios (a cut or blackholed
+// holder, a stopped server, a terminated session, a clock jump) use the
+// servers the harness started (Config.Servers): about 21 s of it.
 func TestSuite(t *testing.T) {
 	env, err := local.Start(context.Background(), local.Names)
 	if err != nil {

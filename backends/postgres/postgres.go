@@ -295,3 +295,25 @@ func (l *locker) Cleanup(ctx context.Context) error {
 	l.seqOK.Store(false)
 	return nil
 }
+
+var _ backends.Terminator = (*lease)(nil)
+
+// Terminate ends the lease's session with pg_terminate_backend from a new
+// connection and waits (up to 5 s, the function's own timeout) until the
+// server process is gone, so that the lock is free when it returns.
+func (s *lease) Terminate(ctx context.Context) error {
+	pid := s.conn.PgConn().PID()
+	conn, err := pgx.ConnectConfig(ctx, s.l.cfg)
+	if err != nil {
+		return fmt.Errorf("postgres: terminate session %d: %w", pid, err)
+	}
+	defer conn.Close(context.Background())
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil {
+		return fmt.Errorf("postgres: terminate session %d: %w", pid, err)
+	}
+	if !ok {
+		return fmt.Errorf("postgres: terminate session %d: the server did not end it within 5s", pid)
+	}
+	return nil
+}

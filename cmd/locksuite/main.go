@@ -151,7 +151,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+`; each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from REDIS_URL, DATABASE_URL/PG*, ETCDCTL_ENDPOINTS, CONSUL_HTTP_ADDR; clusters, started here when named (not by all): `+strings.Join(local.Clusters, ","))
-	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ",")+"; on clusters: "+strings.Join(suite.FailoverScenarios, ","))
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ",")+"; network and server faults: "+strings.Join(suite.FaultScenarios, ",")+"; on clusters: "+strings.Join(suite.FailoverScenarios, ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the rows as a Markdown table to `FILE` (for a pull-request comment)")
@@ -201,7 +201,7 @@ Flags:
 	if strings.TrimSpace(*backends) == "all" {
 		o.backends = local.Names // clusters only when named
 	}
-	if o.scenarios, err = parseList("scenarios", *scenarios, slices.Concat(suite.Scenarios, suite.ChaosScenarios, suite.FailoverScenarios)); err != nil {
+	if o.scenarios, err = parseList("scenarios", *scenarios, slices.Concat(suite.Scenarios, suite.ChaosScenarios, suite.FaultScenarios, suite.FailoverScenarios)); err != nil {
 		return o, err
 	}
 	modes, err := parseList("fencing", *fencing, []string{"off", "on"})

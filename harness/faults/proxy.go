@@ -1,12 +1,26 @@
 // Package faults holds the faults the suite injects. Each fault is separate
 // from the load that runs under it and from the checker that judges it.
 //
-// Proxy is a TCP proxy between one client and its lock service. Freeze stops
-// forwarding in both directions without losing a byte: data already read is
-// held and delivered after Thaw, in order, and a connection the server closes
-// meanwhile is closed towards the client only after Thaw. To the client and
-// the server a frozen proxy looks exactly like a stalled process or network:
-// nothing arrives, so the client's renewals stop too.
+// Proxy is a TCP proxy between one client and its lock service. The harness
+// puts one in front of each client's lock-service path only: the client
+// keeps its own direct path to the store it protects, so a client cut off
+// from the lock service can still write. Because every request of the
+// client's lock library (renewals and keep-alives included) goes through the
+// proxy, stopping its traffic stops its renewals too. Four network faults,
+// each undone by Heal:
+//
+//   - Freeze stops forwarding in both directions without losing a byte: data
+//     already read is held and delivered after Thaw or Heal, in order, and a
+//     connection the server closes meanwhile is closed towards the client
+//     only afterwards. To the client and the server a frozen proxy looks
+//     exactly like a stalled process or a network that holds packets.
+//   - Cut closes every connection and refuses new ones (each is accepted and
+//     reset at once) until Heal: a partition the client's kernel reports.
+//   - Blackhole keeps every connection open and forwards nothing: what
+//     either side sends is read and discarded, and never delivered. New
+//     connections are accepted and dialed through, and lose their bytes the
+//     same way. A partition nobody reports: each side sees only silence.
+//   - Delay adds a fixed latency to each direction, keeping order and bytes.
 package faults
 
 import (
@@ -15,6 +29,17 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
+)
+
+// mode is what the proxy does with the bytes it reads.
+type mode int
+
+const (
+	forward   mode = iota
+	frozen         // hold until the mode changes
+	cut            // connections closed, new ones refused
+	blackhole      // read and discard
 )
 
 // Proxy forwards connections from its loopback address to Target.
@@ -22,11 +47,26 @@ type Proxy struct {
 	target string
 	ln     net.Listener
 
-	mu     sync.Mutex
-	thawed chan struct{} // closed while forwarding; replaced by Freeze
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	mode    mode
+	delay   time.Duration
+	changed chan struct{} // closed and replaced whenever mode changes
+	links   map[*link]struct{}
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// link is one proxied connection: the client's side and the server's.
+type link struct {
+	client, server net.Conn // server is nil until dialed
+	lost           bool     // the blackhole discarded some of its bytes
+}
+
+func (l *link) close() {
+	l.client.Close()
+	if l.server != nil {
+		l.server.Close()
+	}
 }
 
 // NewProxy listens on a free loopback port and forwards each accepted
@@ -36,8 +76,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faults: proxy listen: %w", err)
 	}
-	p := &Proxy{target: target, ln: ln, thawed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
-	close(p.thawed)
+	p := &Proxy{target: target, ln: ln, changed: make(chan struct{}), links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -46,25 +85,32 @@ func NewProxy(target string) (*Proxy, error) {
 // Addr is the address clients dial instead of the target.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Freeze stops all forwarding, on open and new connections, until Thaw.
+// setMode switches the mode and wakes every goroutine waiting on it.
+// Callers hold p.mu.
+func (p *Proxy) setMode(m mode) {
+	if p.mode == m {
+		return
+	}
+	p.mode = m
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// Freeze stops all forwarding, on open and new connections, until Thaw or
+// Heal. It replaces a cut or a blackhole.
 func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.thawed:
-		p.thawed = make(chan struct{})
-	default: // already frozen
-	}
+	p.setMode(frozen)
 }
 
-// Thaw resumes forwarding, first delivering what was held.
+// Thaw resumes forwarding after Freeze, first delivering what was held. It
+// does nothing when the proxy is not frozen.
 func (p *Proxy) Thaw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.thawed:
-	default:
-		close(p.thawed)
+	if p.mode == frozen {
+		p.setMode(forward)
 	}
 }
 
@@ -72,29 +118,84 @@ func (p *Proxy) Thaw() {
 func (p *Proxy) Frozen() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	select {
-	case <-p.thawed:
-		return false
-	default:
-		return true
-	}
+	return p.mode == frozen
 }
 
-// gate blocks while the proxy is frozen; false once it is closed.
-func (p *Proxy) gate() bool {
-	p.mu.Lock()
-	ch, closed := p.thawed, p.closed
-	p.mu.Unlock()
-	if closed {
-		return false
-	}
-	<-ch
+// Cut closes every open connection, in both directions, and until Heal
+// accepts each new connection only to reset it. Bytes held by a freeze are
+// dropped with their connections. It replaces a freeze or a blackhole.
+func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.closed
+	p.setMode(cut)
+	for l := range p.links {
+		l.close()
+	}
 }
 
-// Close stops listening and closes every connection. It thaws first, so no
+// Blackhole makes the proxy read and discard everything either side sends,
+// on open and new connections, until Heal; connections stay open. It
+// replaces a freeze (bytes held by it are discarded too) or a cut.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setMode(blackhole)
+}
+
+// Delay adds d of latency to each direction from now on: every chunk is
+// delivered d after the proxy read it, in order, none lost. Delay(0) removes
+// it. Delay combines with the other faults and is removed by Heal too. A
+// negative d is taken as 0.
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = max(d, 0)
+}
+
+// Heal undoes every fault: it thaws (delivering what a freeze held), ends a
+// cut or a blackhole, and removes any delay. A connection that lost bytes to
+// the blackhole is closed: its stream has a hole and cannot be parsed again,
+// as a real one whose retransmissions timed out; connections that lost
+// nothing go on.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = 0
+	for l := range p.links {
+		if l.lost {
+			l.close()
+		}
+	}
+	p.setMode(forward)
+}
+
+// gate waits while the proxy is frozen and says what to do with a chunk of
+// l: forward it, drop it (blackhole; l is marked lost) or end the pipe
+// (cut, or the proxy closed).
+func (p *Proxy) gate(l *link) mode {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		if p.closed {
+			return cut
+		}
+		switch p.mode {
+		case frozen:
+			ch := p.changed
+			p.mu.Unlock()
+			<-ch
+			p.mu.Lock()
+			continue
+		case blackhole:
+			if l != nil {
+				l.lost = true
+			}
+		}
+		return p.mode
+	}
+}
+
+// Close stops listening and closes every connection. It heals first, so no
 // goroutine stays blocked.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
@@ -103,13 +204,10 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
-	select {
-	case <-p.thawed:
-	default:
-		close(p.thawed)
-	}
-	for c := range p.conns {
-		c.Close()
+	close(p.changed)
+	p.changed = make(chan struct{})
+	for l := range p.links {
+		l.close()
 	}
 	p.mu.Unlock()
 	err := p.ln.Close()
@@ -117,22 +215,27 @@ func (p *Proxy) Close() error {
 	return err
 }
 
-func (p *Proxy) track(c net.Conn) bool {
+// track registers l; false (and l closed) if the proxy is closed, or cut
+// when refusing is true.
+func (p *Proxy) track(l *link, refuseCut bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
+	if p.closed || refuseCut && p.mode == cut {
+		if tc, ok := l.client.(*net.TCPConn); ok && !p.closed {
+			tc.SetLinger(0) // reset, as a refused connection
+		}
+		l.close()
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.links[l] = struct{}{}
 	return true
 }
 
-func (p *Proxy) untrack(c net.Conn) {
+func (p *Proxy) untrack(l *link) {
 	p.mu.Lock()
-	delete(p.conns, c)
+	delete(p.links, l)
 	p.mu.Unlock()
-	c.Close()
+	l.close()
 }
 
 func (p *Proxy) accept() {
@@ -142,60 +245,107 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		if !p.track(c) {
-			return
+		l := &link{client: c}
+		if !p.track(l, true) {
+			continue
 		}
 		p.wg.Add(1)
-		go p.serve(c)
+		go p.serve(l)
 	}
 }
 
-func (p *Proxy) serve(client net.Conn) {
+func (p *Proxy) serve(l *link) {
 	defer p.wg.Done()
-	defer p.untrack(client)
-	if !p.gate() { // a frozen network does not connect either
+	defer p.untrack(l)
+	if p.gate(nil) == cut { // a frozen network does not connect either
 		return
 	}
 	server, err := net.Dial("tcp", p.target)
 	if err != nil {
 		return
 	}
-	if !p.track(server) {
+	p.mu.Lock()
+	l.server = server
+	gone := p.closed || p.mode == cut
+	p.mu.Unlock()
+	if gone {
 		return
 	}
-	defer p.untrack(server)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(server, client) }()
-	go func() { defer wg.Done(); p.pipe(client, server) }()
+	go func() { defer wg.Done(); p.pipe(l, server, l.client) }()
+	go func() { defer wg.Done(); p.pipe(l, l.client, server) }()
 	wg.Wait()
 }
 
-// pipe copies src to dst, holding each chunk at the gate before writing it,
-// and half-closes dst (after the gate) when src ends.
-func (p *Proxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.gate() {
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+// chunk is what one Read returned, with when.
+type chunk struct {
+	b   []byte
+	at  time.Time
+	err error
+}
+
+// pipe copies src to dst: a reader goroutine reads chunks, and this one
+// delivers each after the delay, holding it at the gate (or dropping it in
+// a blackhole) before writing it. When src ends it half-closes dst (after
+// the gate), leaving the other direction open; on any other end it closes
+// both sides, which ends the other direction's pipe too.
+func (p *Proxy) pipe(l *link, dst, src net.Conn) {
+	ch := make(chan chunk, 64)
+	go func() {
+		defer close(ch)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			ch <- chunk{b: buf[:n], at: time.Now(), err: err}
+			if err != nil {
 				return
 			}
 		}
-		if err != nil {
-			if !p.gate() {
+	}()
+	abort := func() {
+		dst.Close()
+		src.Close()
+		for range ch { // let the reader end
+		}
+	}
+	for c := range ch {
+		p.mu.Lock()
+		d := p.delay
+		p.mu.Unlock()
+		if wait := time.Until(c.at.Add(d)); d > 0 && wait > 0 {
+			time.Sleep(wait)
+		}
+		if len(c.b) > 0 {
+			switch p.gate(l) {
+			case cut:
+				abort()
 				return
+			case forward:
+				if _, err := dst.Write(c.b); err != nil {
+					abort()
+					return
+				}
 			}
-			if errors.Is(err, io.EOF) {
+		}
+		if c.err != nil {
+			m := p.gate(l)
+			for m == blackhole { // the end is lost too: Heal closes the link
+				p.mu.Lock()
+				ch, still := p.changed, p.mode == blackhole && !p.closed
+				p.mu.Unlock()
+				if still {
+					<-ch
+				}
+				m = p.gate(l)
+			}
+			if m != cut && errors.Is(c.err, io.EOF) {
 				if tc, ok := dst.(*net.TCPConn); ok {
 					tc.CloseWrite()
 					return
 				}
 			}
-			dst.Close()
+			abort()
 			return
 		}
 	}

@@ -3,30 +3,100 @@ package faults
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"io"
 	"net"
+	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // echoServer echoes every connection back until the client half-closes.
 func echoServer(t *testing.T) string {
+	addr, _ := countingEcho(t)
+	return addr
+}
+
+// countingEcho is echoServer that also counts the bytes it received.
+func countingEcho(t *testing.T) (string, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
+	var got atomic.Int64
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() { io.Copy(c, c); c.(*net.TCPConn).CloseWrite() }()
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := c.Read(buf)
+					got.Add(int64(n))
+					if n > 0 {
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				c.(*net.TCPConn).CloseWrite()
+			}()
 		}
 	}()
-	return ln.Addr().String()
+	return ln.Addr().String(), &got
+}
+
+// roundTrip writes msg on c and reads it back, within a generous bound.
+func roundTrip(c net.Conn, msg string) (string, error) {
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	buf := make([]byte, len(msg))
+	_, err := io.ReadFull(c, buf)
+	return string(buf), err
+}
+
+// silent reports whether nothing arrives on c for 200 ms while the
+// connection stays open (a read timeout, not an end or a reset).
+func silent(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	defer c.SetReadDeadline(time.Time{})
+	buf := make([]byte, 16)
+	n, err := c.Read(buf)
+	if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("expected silence on an open connection, got %q, %v", buf[:n], err)
+	}
+}
+
+// ended reports whether c has been closed or reset by the proxy: a read
+// returns an error other than a timeout, within a bound.
+func ended(c net.Conn) error {
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	buf := make([]byte, 16)
+	for {
+		n, err := c.Read(buf)
+		if err == nil && n > 0 {
+			return errors.New("got data " + string(buf[:n]) + " instead of an end")
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return errors.New("connection still open after 10s")
+		}
+		if err != nil {
+			return nil
+		}
+	}
 }
 
 // dialEcho starts an echo server, a proxy in front of it and a connection
@@ -107,5 +177,124 @@ func TestFrozenForwardsNothing(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
 		t.Fatalf("after thaw got %q, %v; want ping", buf, err)
+	}
+}
+
+// TestCut: a cut closes open connections, refuses new ones, and Heal lets
+// new connections through again.
+func TestCut(t *testing.T) {
+	p, c := dialEcho(t)
+	if got, err := roundTrip(c, "before"); err != nil || got != "before" {
+		t.Fatalf("before the cut: %q, %v", got, err)
+	}
+	p.Cut()
+	if err := ended(c); err != nil {
+		t.Fatalf("open connection after Cut: %v", err)
+	}
+	c2, err := net.Dial("tcp", p.Addr())
+	if err == nil { // accepted and reset at once
+		defer c2.Close()
+		if got, err := roundTrip(c2, "during"); err == nil {
+			t.Fatalf("a connection made during the cut echoed %q", got)
+		}
+	}
+	p.Heal()
+	c3, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if got, err := roundTrip(c3, "after"); err != nil || got != "after" {
+		t.Fatalf("after Heal: %q, %v", got, err)
+	}
+}
+
+// TestBlackhole: a blackhole keeps connections open and delivers nothing,
+// in either direction, ever: the server never receives what was sent into
+// it. Heal closes the connections that lost bytes; one that sent nothing
+// meanwhile goes on, and new ones work.
+func TestBlackhole(t *testing.T) {
+	addr, received := countingEcho(t)
+	p, err := NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	lossy, idle := dial(), dial()
+	for _, c := range []net.Conn{lossy, idle} {
+		if got, err := roundTrip(c, "ab"); err != nil || got != "ab" {
+			t.Fatalf("before the blackhole: %q, %v", got, err)
+		}
+	}
+	p.Blackhole()
+	lossy.Write([]byte("lost"))
+	silent(t, lossy)
+	late := dial() // connects, and its bytes vanish too
+	late.Write([]byte("lost too"))
+	silent(t, late)
+	p.Heal()
+	if err := ended(lossy); err != nil {
+		t.Fatalf("a connection that lost bytes, after Heal: %v", err)
+	}
+	if err := ended(late); err != nil {
+		t.Fatalf("a connection made in the blackhole, after Heal: %v", err)
+	}
+	if got, err := roundTrip(idle, "cd"); err != nil || got != "cd" {
+		t.Fatalf("a connection idle through the blackhole, after Heal: %q, %v", got, err)
+	}
+	if got, err := roundTrip(dial(), "ef"); err != nil || got != "ef" {
+		t.Fatalf("a new connection after Heal: %q, %v", got, err)
+	}
+	if n := received.Load(); n != 8 { // ab, ab, cd, ef
+		t.Fatalf("the server received %d bytes, want 8: the blackhole let something through", n)
+	}
+}
+
+// TestDelay: a delayed proxy delivers every byte in order, and a round trip
+// takes at least the delay both ways (a lower bound: load only adds).
+func TestDelay(t *testing.T) {
+	p, c := dialEcho(t)
+	const d = 30 * time.Millisecond
+	p.Delay(d)
+	t0 := time.Now()
+	if got, err := roundTrip(c, "ping"); err != nil || got != "ping" {
+		t.Fatalf("delayed round trip: %q, %v", got, err)
+	}
+	if rtt := time.Since(t0); rtt < 2*d {
+		t.Fatalf("round trip took %v with %v added each way", rtt, d)
+	}
+	want := make([]byte, 1<<20)
+	rand.Read(want)
+	go func() {
+		for off := 0; off < len(want); off += 16 << 10 {
+			c.Write(want[off : off+16<<10])
+		}
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("through the delay: %d bytes back (want %d identical), %v", len(got), len(want), err)
+	}
+}
+
+// TestHealAfterFreezeDelivers: Heal, like Thaw, delivers what a freeze held.
+func TestHealAfterFreezeDelivers(t *testing.T) {
+	p, c := dialEcho(t)
+	p.Freeze()
+	c.Write([]byte("held"))
+	silent(t, c)
+	p.Heal()
+	buf := make([]byte, 4)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
+		t.Fatalf("after Heal got %q, %v; want held", buf, err)
 	}
 }

@@ -18,6 +18,9 @@ import (
 // Hooks let a caller act at points of a critical section: to inject a fault
 // or to report progress. Nil fields are skipped.
 type Hooks struct {
+	// Granted runs right after Acquire returned the lease, before the read:
+	// for a fault that needs the lease itself (its session, its notices).
+	Granted func(backends.Lease)
 	// Read runs after the read succeeded: from here to the write, a stall
 	// that outlives the lease loses the updates made meanwhile.
 	Read func()
@@ -40,6 +43,9 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 		return err
 	}
 	sec := history.Section{Client: id, Asked: asked, Start: rec.Now(), Fence: lease.Fence(), Outcome: history.Aborted}
+	if h.Granted != nil {
+		h.Granted(lease)
+	}
 	defer func() {
 		if sec.End == 0 {
 			sec.End = rec.Now()

@@ -45,6 +45,10 @@ type Row struct {
 	Schedule     string  `json:"schedule,omitempty"`
 	WritesPerSec float64 `json:"writes_per_sec,omitempty"`
 	MaxWaitMS    int64   `json:"max_wait_ms,omitempty"`
+	// Health is what the lock service's health checks said before a server
+	// or network fault and after it healed ("ok before; ok after 120ms"),
+	// when the scenario could check it (suite.Config.Servers set).
+	Health string `json:"health,omitempty"`
 	// Expected is the verdict the spec asserted, when it asserted one:
 	// "kept", or "broken" for a control or an unfenced run documenting that
 	// a lease alone is unsafe. Empty for skipped rows.

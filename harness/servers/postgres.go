@@ -22,6 +22,7 @@ type Postgres struct {
 	p       *proc
 	dsn     string
 	secrets Secrets
+	clock   *FakeClock // only when started withFakeClock (a test)
 	once    sync.Once
 }
 
@@ -155,12 +156,26 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 			_ = os.Chown(filepath.Join(data, "pg_hba.conf"), int(cred.Uid), int(cred.Gid))
 		}
 	}
-	p, err := startProc("postgres", dir, cred, append([]string{postgres}, args...)...)
+	var (
+		clock *FakeClock
+		env   []string
+	)
+	if o.fakeClock {
+		uid, gid := -1, -1
+		if cred != nil {
+			uid, gid = int(cred.Uid), int(cred.Gid)
+		}
+		if clock, env, err = newFakeClock(dir, uid, gid); err != nil || clock == nil {
+			os.RemoveAll(dir)
+			return nil, fail(fmt.Errorf("no libfaketime (%v)", err), "apt-get install faketime")
+		}
+	}
+	p, err := startProcEnv("postgres", dir, cred, env, append([]string{postgres}, args...)...)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fail(err, "check that "+postgres+" runs")
 	}
-	s := &Postgres{p: p, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=%s", port, sslmode), secrets: secrets}
+	s := &Postgres{p: p, clock: clock, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=%s", port, sslmode), secrets: secrets}
 	err = waitReady(ctx, p, 20*time.Second, func(ctx context.Context) error {
 		c, err := pgx.Connect(ctx, s.URL())
 		if err != nil {

@@ -20,6 +20,7 @@ type Redis struct {
 	addr    string
 	secrets Secrets
 	tls     bool
+	clock   *FakeClock
 	once    sync.Once
 }
 
@@ -28,6 +29,10 @@ func (r *Redis) Name() string { return "redis" }
 // Endpoint is host:port. It carries no credentials: see Secrets.
 func (r *Redis) Endpoint() string { return r.addr }
 func (r *Redis) Pid() int         { return r.p.Pid() }
+
+// Clock is the server's wall clock, which the clock-jump scenario moves; nil
+// when libfaketime is not installed (ci/setup.sh installs it).
+func (r *Redis) Clock() *FakeClock { return r.clock }
 
 // Secrets are the ACL user and password (WithAuth) and the test CA
 // (WithTLS).
@@ -51,7 +56,9 @@ func (r *Redis) URL() string {
 // user off and adds an ACL user "locksuite" with a random password and all
 // commands and keys; WithTLS replaces the plain port by a tls-port (client
 // certificates optional). The configuration, with the password, is a file
-// in the server's directory, not its command line.
+// in the server's directory, not its command line. When Debian's
+// libfaketime is installed, the server runs under it (see FakeClock), at the
+// real time until its Clock is moved.
 func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	o := apply(opts)
 	bin, err := lookPath("redis-server")
@@ -96,7 +103,13 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	}
 	argv = append(argv, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--daemonize", "no", "--protected-mode", "yes")
-	p, err := startProc("redis", dir, nil, argv...)
+	clock, env, err := newFakeClock(dir, -1, -1)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	r.clock = clock
+	p, err := startProcEnv("redis", dir, nil, env, argv...)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, &Unavailable{"redis", err, "check that " + bin + " runs"}

@@ -21,7 +21,10 @@ import (
 // server takes plain connections with no authentication.
 type Option func(*options)
 
-type options struct{ auth, tls bool }
+type options struct {
+	auth, tls bool
+	fakeClock bool // Postgres only: run under libfaketime (a test's measurement)
+}
 
 // WithAuth makes the server require authentication, with credentials made
 // up at random for this server (see Secrets): a Redis ACL user (the default

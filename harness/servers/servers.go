@@ -86,6 +86,11 @@ type proc struct {
 // startProc runs argv with its output in dir/name.log. cred, if not nil, is
 // the user to run as (Postgres refuses to run as root).
 func startProc(name, dir string, cred *syscall.Credential, argv ...string) (*proc, error) {
+	return startProcEnv(name, dir, cred, nil, argv...)
+}
+
+// startProcEnv is startProc with env added to the process's environment.
+func startProcEnv(name, dir string, cred *syscall.Credential, env []string, argv ...string) (*proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.Create(logPath)
 	if err != nil {
@@ -97,6 +102,9 @@ func startProc(name, dir string, cred *syscall.Credential, argv ...string) (*pro
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr, cmd.Dir = lf, lf, dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 	if err := cmd.Start(); err != nil {
 		return nil, err

@@ -6,6 +6,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // TestStartStop starts each server, checks it is healthy (Start waits for
@@ -59,4 +62,135 @@ func TestStartStop(t *testing.T) {
 			t.Errorf("directory %s still exists after Stop (%v)", dir, err)
 		}
 	})
+}
+
+// TestRedisClockJump checks that the harness's redis-server runs under
+// libfaketime and that its key expiry follows the wall clock: a key with a
+// 30 s PX is gone once the server's clock jumps a minute, though only
+// milliseconds passed.
+func TestRedisClockJump(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := StartRedis(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	if r.Clock() == nil {
+		t.Fatal("redis-server is not under libfaketime: install Debian's faketime package (ci/setup.sh does)")
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: r.Endpoint()})
+	defer c.Close()
+	before, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "k", "v", 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Clock().Jump(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.Sub(before); d < time.Minute {
+		t.Fatalf("the server's TIME moved %v after a one-minute jump", d)
+	}
+	if n, err := c.Exists(ctx, "k").Result(); err != nil || n != 0 {
+		t.Fatalf("a key with 30s to live still exists after the clock jumped a minute (%d, %v)", n, err)
+	}
+}
+
+// TestStopContinuesAStoppedServer: a server left stopped by a fault
+// (SIGSTOP) is still stopped and removed by Stop.
+func TestStopContinuesAStoppedServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server")
+	}
+	r, err := StartRedis(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, dir := r.Pid(), r.p.dir
+	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop()
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("stopped process %d still exists after Stop", pid)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("directory %s still exists after Stop (%v)", dir, err)
+	}
+}
+
+// TestPostgresIdleTimeoutIgnoresClockJump measures what the clock-jump
+// scenario's skip reason for Postgres says: with postgres under
+// libfaketime, a session holding an advisory lock with a 2 s
+// idle_session_timeout keeps it across a one-minute jump of the server's
+// wall clock, and loses it once it has really been idle for the timeout.
+func TestPostgresIdleTimeoutIgnoresClockJump(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := StartPostgres(ctx, withFakeClock())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	holder, err := pgx.Connect(ctx, s.Endpoint()+"&idle_session_timeout=2000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	other, err := pgx.Connect(ctx, s.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	var before, after time.Time
+	if err := other.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now() // the session goes idle, arming its timeout, after this
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock(42)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.clock.Jump(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if d := after.Sub(before); d < time.Minute {
+		t.Fatalf("the server's clock moved %v after a one-minute jump", d)
+	}
+	held := func() bool {
+		var n int
+		if err := other.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 42 AND granted").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	time.Sleep(500 * time.Millisecond)
+	if !held() {
+		if time.Since(t0) < 2*time.Second {
+			t.Fatalf("the lock was gone %v after the jump, before its 2s idle timeout: idle_session_timeout follows the wall clock", time.Since(t0).Round(time.Millisecond))
+		}
+		t.Skipf("the machine was too slow to look within the timeout (%v)", time.Since(t0))
+	}
+	for held() {
+		if time.Since(t0) > 20*time.Second {
+			t.Fatal("the idle session still holds its lock 20s later: idle_session_timeout never fired under libfaketime")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("lock held across the jump, freed %v after it was taken (timeout 2s)", time.Since(t0).Round(time.Millisecond))
 }

@@ -79,6 +79,8 @@ func Chaos(n string) suite.Chaos {
 // Env is a set of running or named backends. Close stops what it started.
 type Env struct {
 	servers []servers.Server
+	// started: the suite.Servers of each backend this Env started itself.
+	started map[string]suite.Servers
 	// endpoint per backend: host:port (redis, consul, etcd) or DSN (postgres).
 	endpoint map[string]string
 	// conns: per backend named by the environment, its credentials.
@@ -116,7 +118,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	if o.store != "" && o.store != "postgres" && o.store != "etcd" {
 		return nil, fmt.Errorf("local: unknown store %q: choose postgres or etcd", o.store)
 	}
-	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}}
+	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}}
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
@@ -216,6 +218,9 @@ func (e *Env) provide(ctx context.Context, n string) {
 	}
 	e.servers = append(e.servers, s)
 	e.endpoint[n] = s.Endpoint()
+	if ss := serversFor(s); ss != nil {
+		e.started[n] = ss
+	}
 }
 
 // conn returns the connection settings of backend n: the environment's, or
@@ -294,8 +299,9 @@ func consulClient(c *conn) (*consulapi.Client, error) {
 func (e *Env) Available(n string) bool { return e.endpoint[n] != "" }
 
 // Config returns the suite configuration for backend n, which must be
-// Available, with the given fencing mode and the default lease for n (for a
-// cluster, that of its single-server backend).
+// Available, with the given fencing mode and the default lease for n. For a
+// server Start started itself, Config.Servers is set (the server-fault
+// scenarios may stop it and move its clock); for one the user named, never.
 //
 // A cluster's Config has no Endpoint: a client talks to several members,
 // each through a proxy of its own, and the Locker is a backends.Freezer
@@ -315,6 +321,9 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 	cfg.NewStore = e.newStore
 	cfg.Chaos = Chaos(n)
 	cfg.WorkerEnv = e.Environ()
+	if ss, ok := e.started[n]; ok {
+		cfg.Servers = ss
+	}
 	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
 		switch n {
 		case "redis":

@@ -1,0 +1,125 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// single is suite.Servers for one server this package started: its process
+// (group) is the only member; an embedded etcd has none.
+type single struct {
+	backend  string
+	endpoint string
+	members  []suite.Member
+}
+
+func (s *single) Members() []suite.Member { return s.members }
+
+// Healthy is the same check as for a named server: the server answers
+// (Redis PING, a Postgres connection, Consul's leader, etcd's status).
+func (s *single) Healthy(ctx context.Context) error {
+	ep := s.endpoint
+	if s.backend == "redis" && !strings.Contains(ep, "://") {
+		ep = "redis://" + ep
+	}
+	err := probe(ctx, s.backend, &conn{endpoint: ep})
+	var u *servers.Unavailable
+	if errors.As(err, &u) {
+		return fmt.Errorf("%s: %w", s.backend, u.Err)
+	}
+	return err
+}
+
+// member is a server process started with its own process group (postgres
+// and the backends it forks are one group): signals go to the group.
+type member struct {
+	name string
+	pid  int
+	jump func(ctx context.Context, d time.Duration) error
+}
+
+func (m *member) Name() string { return m.name }
+func (m *member) Stop() error  { return syscall.Kill(-m.pid, syscall.SIGSTOP) }
+func (m *member) Cont() error  { return syscall.Kill(-m.pid, syscall.SIGCONT) }
+func (m *member) Kill() error  { return syscall.Kill(-m.pid, syscall.SIGKILL) }
+
+// JumpClock moves the member's wall clock, or says why it cannot.
+func (m *member) JumpClock(ctx context.Context, d time.Duration) error { return m.jump(ctx, d) }
+
+var (
+	_ suite.Member      = (*member)(nil)
+	_ suite.ClockJumper = (*member)(nil)
+)
+
+// Why a backend's clock is not jumped (wrapped in errors.ErrUnsupported).
+const (
+	noClockPostgres = "postgres ends an idle session (idle_session_timeout) with an interval timer (setitimer) armed for the time remaining: a wall-clock jump does not make it fire sooner (measured: TestPostgresIdleTimeoutIgnoresClockJump), so the lease does not follow the wall clock"
+	noClockConsul   = "consul is a Go program: its session timers (time.AfterFunc) run on the monotonic clock, and Go reads time through the vDSO rather than libc, so libfaketime cannot move it (measured: under it, consul's HTTP Date header shows the real time); the lease does not follow the wall clock"
+	noFaketime      = "libfaketime is not installed (apt-get install faketime, or run ci/setup.sh): the harness cannot move redis-server's clock"
+)
+
+// noClock is why a member's clock is not moved; it wraps
+// errors.ErrUnsupported, and its text is the reason alone.
+type noClock string
+
+func (n noClock) Error() string { return string(n) }
+func (n noClock) Unwrap() error { return errors.ErrUnsupported }
+
+func unsupported(reason string) func(context.Context, time.Duration) error {
+	return func(context.Context, time.Duration) error { return noClock(reason) }
+}
+
+// serversFor returns suite.Servers for a server this package started, nil
+// for one the user named (the suite must never stop those).
+func serversFor(s servers.Server) suite.Servers {
+	out := &single{backend: s.Name(), endpoint: s.Endpoint()}
+	switch v := s.(type) {
+	case *servers.Redis:
+		m := &member{name: "redis-server", pid: v.Pid(), jump: unsupported(noFaketime)}
+		if c := v.Clock(); c != nil {
+			m.jump = func(ctx context.Context, d time.Duration) error { return jumpRedis(ctx, v.Endpoint(), c, d) }
+		}
+		out.members = []suite.Member{m}
+	case *servers.Postgres:
+		out.members = []suite.Member{&member{name: "postgres", pid: v.Pid(), jump: unsupported(noClockPostgres)}}
+	case *servers.Consul:
+		out.members = []suite.Member{&member{name: "consul", pid: v.Pid(), jump: unsupported(noClockConsul)}}
+	case *servers.Etcd:
+		// Embedded in this process: no member to stop or to move.
+	default:
+		return nil
+	}
+	return out
+}
+
+// jumpRedis moves the clock of the redis-server at addr and waits until its
+// TIME shows the jump.
+func jumpRedis(ctx context.Context, addr string, c *servers.FakeClock, d time.Duration) error {
+	if err := c.Jump(d); err != nil {
+		return err
+	}
+	want := c.Offset()
+	rc := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+	defer rc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		t, err := rc.Time(ctx).Result()
+		if err == nil && t.Sub(time.Now()) > want-time.Second {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("redis-server's TIME did not show the %v jump within 5s (last: %v, %v)", d, t, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
