@@ -267,6 +267,9 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 		return report.Row{}, err
 	}
 	a, b := r.lockers[0], r.lockers[1]
+	if err := requireFence(ctx, cfg, b); err != nil {
+		return report.Row{}, err
+	}
 	s, err := r.store(ctx, cfg.Fenced)
 	if err != nil {
 		return report.Row{}, err

@@ -11,6 +11,10 @@
 //	                   CONSUL_HTTP_SSL, CONSUL_CACERT, ...)
 //	ETCDCTL_ENDPOINTS  comma-separated host:port or URLs       lock, and counter store without Postgres
 //	                   (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER=user:password)
+//	LOCKSUITE_REDIS_NODES  comma-separated host:port or redis:// URLs of independent Redis servers (redsync-3)
+//
+// Besides the four services' own adapters (Names) it provides the lock
+// libraries people use, each on its service's server (Libraries).
 //
 // A named server is used as it is and never stopped; everything the suite
 // makes there is under suite.Config.Prefix. The credentials reach the
@@ -23,6 +27,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,17 +42,55 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/consul"
+	"github.com/locksuite/locksuite/backends/consullock"
 	"github.com/locksuite/locksuite/backends/etcd"
+	"github.com/locksuite/locksuite/backends/etcdmutex"
+	"github.com/locksuite/locksuite/backends/pgxact"
 	"github.com/locksuite/locksuite/backends/postgres"
 	"github.com/locksuite/locksuite/backends/redis"
+	"github.com/locksuite/locksuite/backends/redsync"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/redact"
 	"github.com/locksuite/locksuite/suite"
 )
 
-// Names are the backends this package can provide, in report order.
+// Names are the backends this package can provide, in report order: one
+// adapter per lock service.
 var Names = []string{"consul", "etcd", "postgres", "redis"}
+
+// Libraries are the lock libraries this package can provide, each used as
+// the library ships it, in report order. They are started only when named
+// (not by "all"):
+//
+//	consul-lock  consul/api's Lock (backends/consullock) on the Consul server
+//	etcd-mutex   etcd's concurrency.Mutex on a Session (backends/etcdmutex)
+//	pg-xact      pg_try_advisory_xact_lock in a transaction (backends/pgxact)
+//	redsync      go-redsync/redsync on one Redis server (backends/redsync)
+//	redsync-3    redsync's Redlock over three independent Redis servers
+//
+// The library adapters take no TLS settings: against servers named with
+// TLS variables, use the four adapters.
+var Libraries = []string{"consul-lock", "etcd-mutex", "pg-xact", "redsync", "redsync-3"}
+
+// service names the server a backend runs on: itself for Names and
+// Clusters; for Libraries, the service's name ("redis-3" for three
+// independent Redis servers).
+func service(n string) string {
+	switch n {
+	case "consul-lock":
+		return "consul"
+	case "etcd-mutex":
+		return "etcd"
+	case "pg-xact":
+		return "postgres"
+	case "redsync":
+		return "redis"
+	case "redsync-3":
+		return "redis-3"
+	}
+	return n
+}
 
 // Leases are the default leases per backend: short, so that the pause
 // scenarios take well under a second where the server allows it. etcd grants
@@ -56,7 +100,18 @@ var Leases = map[string]time.Duration{
 	"postgres": 200 * time.Millisecond,
 	"consul":   200 * time.Millisecond,
 	"etcd":     time.Second,
+
+	"consul-lock": 200 * time.Millisecond,
+	"etcd-mutex":  time.Second,
+	"pg-xact":     200 * time.Millisecond,
+	"redsync":     200 * time.Millisecond,
+	"redsync-3":   200 * time.Millisecond,
 }
+
+// consulLockDelay is consul-lock's LockDelay: equal to its session TTL, the
+// proportion of the library's defaults (SessionTTL 15s, LockDelay 15s)
+// scaled to the suite's short lease.
+const consulLockDelay = 200 * time.Millisecond
 
 // Chaos are the default chaos sizes per backend: each pause longer than the
 // backend's expiry with its default lease (Redis, Postgres 200 ms; Consul
@@ -65,7 +120,7 @@ var Leases = map[string]time.Duration{
 func Chaos(n string) suite.Chaos {
 	c := suite.NewConfig().Chaos
 	c.Interval, c.Pauses, c.StallEvery = 500*time.Millisecond, 4, 10
-	switch n {
+	switch service(n) {
 	case "etcd":
 		c.Pause, c.Pauses, c.Duration = 2*time.Second, 3, 8*time.Second
 	case "consul":
@@ -121,7 +176,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}}
 	want := map[string]bool{}
 	for _, n := range names {
-		want[n] = true
+		want[service(n)] = true
 	}
 	if want["postgres"] || o.store == "postgres" {
 		e.provide(ctx, "postgres")
@@ -142,9 +197,14 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 			e.provide(ctx, n)
 		}
 	}
-	for _, n := range Clusters {
+	for _, n := range append(slices.Clone(Clusters), "redis-3") {
 		if want[n] {
 			e.provide(ctx, n)
+		}
+	}
+	for _, n := range names {
+		if err := e.Unavailable[service(n)]; err != nil && service(n) != n {
+			e.Unavailable[n] = err
 		}
 	}
 	if dsn := e.endpoint["postgres"]; dsn != "" && o.store != "etcd" {
@@ -182,7 +242,14 @@ func (e *Env) provide(ctx context.Context, n string) {
 		c   *conn
 		err error
 	)
-	if isCluster(n) {
+	if n == "redis-3" {
+		if ext := os.Getenv("LOCKSUITE_REDIS_NODES"); ext != "" {
+			s = servers.External(n, ext)
+			err = probeNodes(ctx, ext)
+		} else {
+			s, err = startRedisNodes(ctx, 3)
+		}
+	} else if isCluster(n) {
 		if ext := clusterFromEnv(n); ext != "" {
 			s = servers.External(n, ext)
 		} else {
@@ -209,7 +276,7 @@ func (e *Env) provide(ctx context.Context, n string) {
 		case "etcd":
 			s, err = servers.StartEtcd(ctx)
 		default:
-			err = fmt.Errorf("unknown backend %q: choose from %s or %s", n, strings.Join(Names, ", "), strings.Join(Clusters, ", "))
+			err = fmt.Errorf("unknown backend %q: choose from %s, %s or %s", n, strings.Join(Names, ", "), strings.Join(Libraries, ", "), strings.Join(Clusters, ", "))
 		}
 	}
 	if err != nil {
@@ -295,8 +362,9 @@ func consulClient(c *conn) (*consulapi.Client, error) {
 	return consulapi.NewClient(ac)
 }
 
-// Available reports whether backend n is running or reachable.
-func (e *Env) Available(n string) bool { return e.endpoint[n] != "" }
+// Available reports whether backend n (of Names, Libraries or Clusters) is
+// running or reachable.
+func (e *Env) Available(n string) bool { return e.endpoint[service(n)] != "" }
 
 // Config returns the suite configuration for backend n, which must be
 // Available, with the given fencing mode and the default lease for n. For a
@@ -313,15 +381,16 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 	}
 	cfg := suite.NewConfig()
 	cfg.Name, cfg.Fenced, cfg.Lease = n, fenced, Leases[n]
-	ep := e.endpoint[n]
-	cn := e.conn(n)
-	cfg.Endpoint = hostPort(n, ep)
+	svc := service(n)
+	ep := e.endpoint[svc]
+	cn := e.conn(svc)
+	cfg.Endpoint = hostPort(svc, ep)
 	// Clients dial a fault proxy: TLS still checks the server's name.
 	serverTLS := withServerName(cn.tls, hostOnly(cfg.Endpoint))
 	cfg.NewStore = e.newStore
 	cfg.Chaos = Chaos(n)
 	cfg.WorkerEnv = e.Environ()
-	if ss, ok := e.started[n]; ok {
+	if ss, ok := e.started[svc]; ok {
 		cfg.Servers = ss
 	}
 	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
@@ -337,8 +406,29 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 			return consul.New(consul.Config{Address: c.Endpoint, Token: cn.token, TLS: serverTLS, Key: c.Key, TTL: c.Lease})
 		case "etcd":
 			return etcd.New(etcd.Config{Endpoints: []string{c.Endpoint}, TLS: serverTLS, Username: cn.user, Password: cn.password, Key: c.Key, TTL: c.Lease})
+		case "consul-lock":
+			// LockWaitTime 1s: an abandoned Acquire's Lock ends within 1s
+			// (Close waits for it), not the library's 15s.
+			return consullock.New(consullock.Config{Address: c.Endpoint, Token: cn.token, Key: c.Key, TTL: c.Lease, LockDelay: consulLockDelay, LockWaitTime: time.Second})
+		case "etcd-mutex":
+			// Not c.Key itself: the counter store's keys are under c.Key+"/",
+			// and the mutex would wait for them as for older waiters.
+			return etcdmutex.New(etcdmutex.Config{Endpoints: []string{c.Endpoint}, Key: c.Key + "/mutex", TTL: c.Lease})
+		case "pg-xact":
+			return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(ep), Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
+		case "redsync":
+			return redsync.New(redsync.Config{Addrs: []string{redisAddr(ep, c.Endpoint)}, Key: c.Key, Lease: c.Lease})
+		case "redsync-3":
+			return newRedlock(strings.Split(ep, ","), c)
 		}
 		return nil, fmt.Errorf("local: unknown backend %q", n)
+	}
+	if n == "consul-lock" {
+		// A waiter that meets the lock-delay waits consul/api's fixed 5 s
+		// (DefaultLockRetryTime) before it tries again: give the second
+		// holder that long to get in, so that the pause scenarios measure
+		// the lock rather than the default bound (3 × expiry + 2 s).
+		cfg.StallTimeout = 3*(2*cfg.Lease+consulLockDelay) + 2*time.Second + 5*time.Second
 	}
 	return cfg
 }
@@ -381,6 +471,9 @@ func hostPort(n, ep string) string {
 				ep = u.Host
 			}
 		}
+	case "redis-3":
+		// Several servers: the Locker freezes its own proxies (newRedlock).
+		ep = ""
 	case "postgres":
 		// A URL, a key=value DSN or libpq's variables: pgx knows where.
 		if pc, err := pgconn.ParseConfig(ep); err == nil {
@@ -417,6 +510,8 @@ func (e *Env) Environ() []string {
 			out = append(out, "CONSUL_HTTP_ADDR="+ep)
 		case "etcd":
 			out = append(out, "ETCDCTL_ENDPOINTS="+ep)
+		case "redis-3":
+			out = append(out, "LOCKSUITE_REDIS_NODES="+ep)
 		default:
 			if v := clusterEnv[n]; v != "" {
 				out = append(out, v+"="+ep)

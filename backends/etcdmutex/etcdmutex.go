@@ -1,0 +1,236 @@
+// Package etcdmutex is the locksuite adapter for etcd's own lock,
+// go.etcd.io/etcd/client/v3/concurrency, used as the library ships it: a
+// Session (a lease kept alive by the client's keep-alive stream) and a Mutex
+// on that session, acquired with Mutex.Lock and released with Mutex.Unlock.
+//
+// Mutex.Lock puts a waiter key Key/<lease id> with the session's lease and
+// waits until every waiter key created before it is deleted: the oldest
+// waiter holds the lock. Unlock deletes the waiter key without comparing
+// anything, which is safe because the key's name is unique to the session's
+// lease: once a stalled holder's lease expired, its key is gone, and its late
+// Unlock deletes nothing of the next holder's.
+//
+// The fencing token is Mutex.Header().Revision, the revision of the response
+// that granted the lock, which is what the library exposes: the next grant
+// happens only after this holder's key was deleted (a later revision), so
+// its header revision is larger.
+//
+// A session whose lease expired stays dead (Session.Done is closed); the next
+// Acquire starts a new one, as an application would.
+package etcdmutex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/locksuite/locksuite/backends"
+)
+
+// Config describes one client of one etcd mutex.
+type Config struct {
+	// Client is the connection to use. If nil, one is made from Endpoints
+	// and closed by Locker.Close.
+	Client *clientv3.Client
+	// Endpoints are host:port addresses (as in ETCDCTL_ENDPOINTS); used when
+	// Client is nil.
+	Endpoints []string
+	// Key is the mutex's prefix (concurrency.NewMutex's pfx). Required.
+	// Mutex.Lock takes every key under Key+"/" for a waiter's: a key
+	// there that is not one (data stored under the same name) blocks the
+	// lock until it is deleted.
+	Key string
+	// TTL is the session's lease TTL (concurrency.WithTTL), rounded up to
+	// whole seconds. Default 60s, the library's default.
+	TTL time.Duration
+	_   struct{}
+}
+
+type locker struct {
+	c      *clientv3.Client
+	own    bool
+	key    string
+	ttl    int
+	mu     sync.Mutex
+	s      *concurrency.Session
+	closed atomic.Bool
+}
+
+var (
+	_ backends.Locker       = (*locker)(nil)
+	_ backends.Expirer      = (*locker)(nil)
+	_ backends.Renewer      = (*locker)(nil)
+	_ backends.Info         = (*locker)(nil)
+	_ backends.LossNotifier = (*lease)(nil)
+)
+
+// New returns a Locker for cfg. It connects lazily.
+func New(cfg Config) (backends.Locker, error) {
+	if cfg.Key == "" {
+		return nil, errors.New("etcdmutex: Config.Key is empty: name the mutex prefix")
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 60 * time.Second
+	}
+	if cfg.TTL < 0 {
+		return nil, fmt.Errorf("etcdmutex: TTL %v is negative", cfg.TTL)
+	}
+	l := &locker{c: cfg.Client, key: cfg.Key, ttl: int(math.Ceil(cfg.TTL.Seconds()))}
+	if l.c == nil {
+		if len(cfg.Endpoints) == 0 {
+			return nil, errors.New("etcdmutex: no server: set Config.Client or Config.Endpoints")
+		}
+		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, fmt.Errorf("etcdmutex: connect %v: %w", cfg.Endpoints, err)
+		}
+		l.c, l.own = c, true
+	}
+	return l, nil
+}
+
+func (l *locker) TTL() time.Duration { return time.Duration(l.ttl) * time.Second }
+
+// Expiry is TTL plus the lessor's 500 ms expiry check.
+func (l *locker) Expiry() time.Duration { return l.TTL() + 500*time.Millisecond }
+func (l *locker) Renews() bool          { return true }
+func (l *locker) Describe() string {
+	return fmt.Sprintf("etcd concurrency.Mutex on a Session (TTL %ds, keep-alive), fence = Header().Revision", l.ttl)
+}
+
+// session returns the live session, starting a new one if there is none or
+// its lease is gone. The new session's lease is granted with ctx (and passed
+// with concurrency.WithLease), so that an unreachable server does not block
+// Acquire past ctx; NewSession would grant it with the client's context.
+func (l *locker) session(ctx context.Context) (*concurrency.Session, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.s != nil {
+		select {
+		case <-l.s.Done():
+			l.s.Orphan()
+			l.s = nil
+		default:
+			return l.s, nil
+		}
+	}
+	g, err := l.c.Grant(ctx, int64(l.ttl))
+	if err != nil {
+		return nil, err
+	}
+	s, err := concurrency.NewSession(l.c, concurrency.WithTTL(l.ttl), concurrency.WithLease(g.ID))
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = l.c.Revoke(rctx, g.ID)
+		cancel()
+		return nil, err
+	}
+	l.s = s
+	return s, nil
+}
+
+// drop forgets s so that the next attempt starts a new session.
+func (l *locker) drop(s *concurrency.Session) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.s == s {
+		s.Orphan()
+		l.s = nil
+	}
+}
+
+// Acquire locks a new Mutex on the session until it holds the lock or ctx is
+// done. A session whose lease expired while this client waited or stalled
+// (ErrSessionExpired, "requested lease not found") is replaced and the lock
+// asked for again.
+func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	for {
+		if l.closed.Load() {
+			return nil, backends.ErrClosed
+		}
+		wrap := func(err error) error {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return fmt.Errorf("etcdmutex: acquire %s: %w", l.key, err)
+		}
+		s, err := l.session(ctx)
+		if err != nil {
+			if ctx.Err() == nil && isLeaseNotFound(err) {
+				continue
+			}
+			return nil, wrap(err)
+		}
+		m := concurrency.NewMutex(s, l.key)
+		err = m.Lock(ctx)
+		if err == nil {
+			return &lease{l: l, s: s, m: m, fence: uint64(m.Header().Revision)}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, wrap(err)
+		}
+		if errors.Is(err, concurrency.ErrSessionExpired) || isLeaseNotFound(err) {
+			l.drop(s)
+			select {
+			case <-ctx.Done():
+				return nil, wrap(ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		return nil, wrap(err)
+	}
+}
+
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || rpctypes.ErrorDesc(err) == rpctypes.ErrLeaseNotFound.Error()
+}
+
+// Close closes the session (revoking its lease) and the client if New made it.
+func (l *locker) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.mu.Lock()
+	s := l.s
+	l.s = nil
+	l.mu.Unlock()
+	if s != nil {
+		_ = s.Close()
+	}
+	if l.own {
+		return l.c.Close()
+	}
+	return nil
+}
+
+type lease struct {
+	l     *locker
+	s     *concurrency.Session
+	m     *concurrency.Mutex
+	fence uint64
+}
+
+func (g *lease) Fence() uint64 { return g.fence }
+
+// Lost is the session's Done channel: closed when its keep-alive ends.
+func (g *lease) Lost() <-chan struct{} { return g.s.Done() }
+
+// Release calls Mutex.Unlock. A second Release, or one after the session's
+// lease expired (its key went with it), removes nothing and returns nil.
+func (g *lease) Release(ctx context.Context) error {
+	err := g.m.Unlock(ctx)
+	if err == nil || errors.Is(err, concurrency.ErrLockReleased) {
+		return nil
+	}
+	return fmt.Errorf("etcdmutex: release %s: %w", g.l.key, err)
+}

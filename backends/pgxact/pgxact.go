@@ -1,0 +1,282 @@
+// Package pgxact is the locksuite adapter for the transaction-level
+// Postgres advisory lock, the other common pattern besides the session lock
+// (backends/postgres): BEGIN, then pg_try_advisory_xact_lock(key) until it
+// returns true (each failed try rolls the transaction back and tries again
+// after Poll), and the lock is held until the transaction ends: Release
+// commits it. Clients use pgx v5.
+//
+// A transaction-level lock has no lease. What frees it when the holder
+// stalls is the session setting idle_in_transaction_session_timeout, which
+// the adapter sets to Lease: the server ends a session that sits idle inside
+// a transaction for that long, and the lock goes with the transaction. There
+// is no renewal: a holder whose critical section sends nothing to this
+// session for longer than Lease (a slow holder, not only a stalled one) loses
+// the lock. Without the timeout (Postgres's default), a stalled holder keeps
+// the lock for as long as its connection stays open: safe, and everyone
+// else waits.
+//
+// The fencing token is the transaction's own ID (pg_current_xact_id, a
+// 64-bit counter that never wraps), taken in the statement that wins the
+// lock and only then, so the ID is assigned at grant time: a later grant is
+// a later transaction with a larger ID.
+package pgxact
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/locksuite/locksuite/backends"
+)
+
+// Config describes one client of one transaction-level advisory lock.
+type Config struct {
+	// ConnString is a postgres:// URL or key=value DSN. Empty means libpq's
+	// environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...), as
+	// pgx.ParseConfig reads it.
+	ConnString string
+	// Addr, if set, is a host:port that replaces the connection string's
+	// host and port (the suite points it at a fault proxy).
+	Addr string
+	// Key names the lock; it is hashed (FNV-64a) to the advisory lock's
+	// bigint key. Required.
+	Key string
+	// Lease is the session's idle_in_transaction_session_timeout, in whole
+	// milliseconds. Default 500ms; at least 1ms.
+	Lease time.Duration
+	// Poll is the wait between tries while the lock is taken. Default 5ms.
+	Poll time.Duration
+	_    struct{}
+}
+
+type locker struct {
+	cfg    *pgx.ConnConfig
+	key    int64
+	lease  time.Duration
+	poll   time.Duration
+	closed atomic.Bool
+
+	mu   sync.Mutex
+	conn *pgx.Conn // the client's session, dialed on demand
+}
+
+var (
+	_ backends.Locker = (*locker)(nil)
+	_ backends.TTLer  = (*locker)(nil)
+	_ backends.Info   = (*locker)(nil)
+	_ backends.Lease  = (*lease)(nil)
+)
+
+// New returns a Locker for cfg. It does not connect.
+func New(cfg Config) (backends.Locker, error) {
+	if cfg.Key == "" {
+		return nil, errors.New("pgxact: Config.Key is empty: name the lock key")
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 500 * time.Millisecond
+	}
+	if cfg.Lease < time.Millisecond {
+		return nil, fmt.Errorf("pgxact: lease %v is below idle_in_transaction_session_timeout's 1ms resolution", cfg.Lease)
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = 5 * time.Millisecond
+	}
+	cc, err := pgx.ParseConfig(cfg.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("pgxact: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", err)
+	}
+	if cfg.Addr != "" {
+		host, port, err := net.SplitHostPort(cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("pgxact: Addr %q: %w (expected host:port)", cfg.Addr, err)
+		}
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("pgxact: Addr %q: bad port: %w", cfg.Addr, err)
+		}
+		cc.Host, cc.Port, cc.Fallbacks = host, uint16(p), nil
+	}
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = 3 * time.Second
+	}
+	cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.Lease.Milliseconds(), 10)
+	cc.RuntimeParams["application_name"] = "locksuite"
+	h := fnv.New64a()
+	h.Write([]byte(cfg.Key))
+	return &locker{cfg: cc, key: int64(h.Sum64()), lease: cfg.Lease, poll: cfg.Poll}, nil
+}
+
+func (l *locker) TTL() time.Duration { return l.lease }
+func (l *locker) Describe() string {
+	return fmt.Sprintf("Postgres pg_try_advisory_xact_lock in a transaction, idle_in_transaction_session_timeout %v, no renewal, fence = transaction ID", l.lease)
+}
+
+// session returns the client's connection, dialing a new one if there is
+// none or the server ended it.
+func (l *locker) session(ctx context.Context) (*pgx.Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil && !l.conn.IsClosed() {
+		return l.conn, nil
+	}
+	c, err := pgx.ConnectConfig(ctx, l.cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.conn = c
+	return c, nil
+}
+
+func (l *locker) dropSession(c *pgx.Conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == c {
+		l.conn = nil
+	}
+	c.Close(context.Background())
+}
+
+// tryLock wins the lock and, only then, assigns the transaction its ID.
+const tryLock = `SELECT CASE WHEN pg_try_advisory_xact_lock($1) THEN pg_current_xact_id()::text::bigint ELSE 0 END`
+
+// Acquire tries until it holds the lock or ctx is done. A session the server
+// ended (this client stalled inside a try's transaction past the timeout),
+// or a dial that timed out, is replaced; other errors (authentication, a
+// missing database) are returned at once.
+func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	wrap := func(err error) error {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("pgxact: acquire advisory xact lock %d: %w", l.key, err)
+	}
+	for {
+		if l.closed.Load() {
+			return nil, backends.ErrClosed
+		}
+		if ctx.Err() != nil {
+			return nil, wrap(ctx.Err())
+		}
+		c, err := l.session(ctx)
+		if err != nil {
+			if retryable(err) && ctx.Err() == nil {
+				if err := l.sleep(ctx); err != nil {
+					return nil, wrap(err)
+				}
+				continue
+			}
+			return nil, wrap(err)
+		}
+		var fence int64
+		tx, err := c.Begin(ctx)
+		if err == nil {
+			err = tx.QueryRow(ctx, tryLock, l.key).Scan(&fence)
+		}
+		if err == nil && fence > 0 {
+			return &lease{l: l, conn: c, tx: tx, fence: uint64(fence)}, nil
+		}
+		if tx != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			rerr := tx.Rollback(rctx)
+			cancel()
+			if err == nil && rerr != nil && !errors.Is(rerr, pgx.ErrTxClosed) {
+				err = rerr
+			}
+		}
+		if err != nil {
+			l.dropSession(c)
+			if ctx.Err() != nil || !retryable(err) {
+				return nil, wrap(err)
+			}
+		}
+		if err := l.sleep(ctx); err != nil {
+			return nil, wrap(err)
+		}
+	}
+}
+
+func (l *locker) sleep(ctx context.Context) error {
+	t := time.NewTimer(l.poll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// retryable: the session ended before the grant (25P03
+// idle_in_transaction_session_timeout, 57P01 terminated, 57P05
+// idle_session_timeout), or the connection or its dial broke or timed out.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "25P03" || pe.Code == "57P01" || pe.Code == "57P05"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed")
+}
+
+// Close closes the client's session; a lock still held goes with it.
+func (l *locker) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.mu.Lock()
+	c := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return c.Close(ctx)
+	}
+	return nil
+}
+
+type lease struct {
+	l     *locker
+	conn  *pgx.Conn
+	tx    pgx.Tx
+	fence uint64
+	mu    sync.Mutex
+	done  bool
+}
+
+func (g *lease) Fence() uint64 { return g.fence }
+
+// Release commits the lock's transaction, which releases the lock: it is the
+// transaction's, and never anyone else's. If the server already ended the
+// session (the timeout), the lock went with it and Release returns nil.
+func (g *lease) Release(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.done {
+		return nil
+	}
+	g.done = true
+	err := g.tx.Commit(ctx)
+	if err == nil || errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	if g.conn.IsClosed() || retryable(err) {
+		g.l.dropSession(g.conn)
+		return nil
+	}
+	return fmt.Errorf("pgxact: release advisory xact lock %d: %w", g.l.key, err)
+}
