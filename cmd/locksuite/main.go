@@ -146,11 +146,30 @@ func parseList(flagName, v string, allowed []string) ([]string, error) {
 	return out, nil
 }
 
+// parseBackends parses --backends: names from local.Names,
+// local.Libraries and local.Clusters; "all" is every name of local.Names,
+// "libraries" every one of local.Libraries.
+func parseBackends(v string) ([]string, error) {
+	var parts []string
+	for _, s := range strings.Split(v, ",") {
+		switch strings.TrimSpace(s) {
+		case "all":
+			parts = append(parts, local.Names...)
+		case "libraries":
+			parts = append(parts, local.Libraries...)
+		default:
+			parts = append(parts, s)
+		}
+	}
+	allowed := append(append(slices.Clone(local.Names), local.Libraries...), local.Clusters...)
+	return parseList("backends", strings.Join(parts, ","), allowed)
+}
+
 func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("locksuite run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+`; each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from REDIS_URL, DATABASE_URL/PG*, ETCDCTL_ENDPOINTS, CONSUL_HTTP_ADDR; clusters, started here when named (not by all): `+strings.Join(local.Clusters, ","))
+	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from REDIS_URL, DATABASE_URL/PG*, ETCDCTL_ENDPOINTS, CONSUL_HTTP_ADDR, LOCKSUITE_REDIS_NODES; clusters, started here when named (not by all): `+strings.Join(local.Clusters, ","))
 	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ",")+"; network and server faults: "+strings.Join(suite.FaultScenarios, ",")+"; on clusters: "+strings.Join(suite.FailoverScenarios, ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`")
@@ -195,7 +214,7 @@ Flags:
 		return o, &usageError{fmt.Sprintf("unexpected argument %q: flags only (see locksuite run --help)", fs.Arg(0))}
 	}
 	var err error
-	if o.backends, err = parseList("backends", *backends, append(slices.Clone(local.Names), local.Clusters...)); err != nil {
+	if o.backends, err = parseBackends(*backends); err != nil {
 		return o, err
 	}
 	if strings.TrimSpace(*backends) == "all" {

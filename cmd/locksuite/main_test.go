@@ -24,6 +24,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"run", "--backends", "zookeeper"}, `--backends: unknown "zookeeper": choose from consul,etcd,postgres,redis`},
 		{[]string{"run", "--backends", ""}, "--backends is empty"},
+		{[]string{"run", "--backends", "redlock"}, `--backends: unknown "redlock": choose from consul,etcd,postgres,redis,consul-lock,etcd-mutex,pg-xact,redsync,redsync-3`},
 		{[]string{"run", "--scenarios", "chaos-monkey"}, `--scenarios: unknown "chaos-monkey"`},
 		{[]string{"run", "--fencing", "maybe"}, `--fencing: unknown "maybe": choose from off,on`},
 		{[]string{"run", "--repeat", "0"}, "--repeat 0: it must be at least 1"},

@@ -43,7 +43,7 @@ func parseDurations(flagName, v string) ([]time.Duration, error) {
 func sweep(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("locksuite sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	backend := fs.String("backend", "redis", "the backend: "+strings.Join(local.Names, ","))
+	backend := fs.String("backend", "redis", "the backend: "+strings.Join(append(slices.Clone(local.Names), local.Libraries...), ","))
 	leasesF := fs.String("leases", "", "comma-separated leases (default redis, postgres, consul 200ms,500ms,1s,2s; etcd 1s,2s,3s,5s)")
 	pausesF := fs.String("pauses", "", "comma-separated pause lengths (default 300ms,800ms,1.5s; etcd 1s,2s,4s)")
 	count := fs.Int("count", 3, "pauses injected per cell")
@@ -70,14 +70,14 @@ Flags:
 		}
 		return &usageError{err.Error()}
 	}
-	if !slices.Contains(local.Names, *backend) {
-		return &usageError{fmt.Sprintf("--backend: unknown %q: choose from %s", *backend, strings.Join(local.Names, ","))}
+	if all := append(slices.Clone(local.Names), local.Libraries...); !slices.Contains(all, *backend) {
+		return &usageError{fmt.Sprintf("--backend: unknown %q: choose from %s", *backend, strings.Join(all, ","))}
 	}
 	if *count < 1 {
 		return &usageError{fmt.Sprintf("--count %d: at least one pause per cell", *count)}
 	}
 	dl, dp := "200ms,500ms,1s,2s", "300ms,800ms,1.5s"
-	if *backend == "etcd" {
+	if *backend == "etcd" || *backend == "etcd-mutex" {
 		dl, dp = "1s,2s,3s,5s", "1s,2s,4s"
 	}
 	if *leasesF == "" {
