@@ -13,8 +13,26 @@
 #     harness/consulbuild (about 7 minutes the first time) and cached at
 #     ${XDG_CACHE_HOME:-~/.cache}/locksuite/consul-1.13.9
 # etcd needs nothing: the harness embeds the real server.
+#
+# From another repository (a lock library's CI, see ci/README.md), run it by
+# its path in a checkout of locksuite (.locksuite/ci/setup.sh), or copy it
+# alone: it then finds locksuite's source for the Consul build in
+# $LOCKSUITE_SRC, else as the module github.com/locksuite/locksuite of the
+# Go module in the current directory (`go list -m`, which follows a replace
+# to a checkout). With LOCKSUITE_CONSUL naming a consul binary it builds
+# nothing.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# consulbuild_dir prints the harness/consulbuild directory to build Consul in.
+consulbuild_dir() {
+  local d
+  for d in "${LOCKSUITE_SRC:-}" "$root" "$(go list -m -f '{{.Dir}}' github.com/locksuite/locksuite 2>/dev/null || true)"; do
+    if [ -n "$d" ] && [ -f "$d/harness/consulbuild/go.mod" ]; then echo "$d/harness/consulbuild"; return 0; fi
+  done
+  echo "ci/setup.sh: cannot find locksuite's harness/consulbuild to build Consul: check out locksuite and set LOCKSUITE_SRC to it, or set LOCKSUITE_CONSUL to a consul 1.13.x binary" >&2
+  return 1
+}
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
@@ -42,8 +60,12 @@ if ! command -v redis-sentinel >/dev/null; then
   as_root service redis-sentinel stop >/dev/null 2>&1 || true
 fi
 if ! have_pg; then
-  echo "ci/setup.sh: installing postgresql-15"
-  apt_install postgresql-15
+  if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+  # PostgreSQL 15 where the distribution has it (Debian 12), else its own.
+  pg=postgresql-15
+  apt-cache show "$pg" >/dev/null 2>&1 || pg=postgresql
+  echo "ci/setup.sh: installing $pg"
+  apt_install "$pg"
   as_root service postgresql stop >/dev/null 2>&1 || true
 fi
 have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || ls /usr/lib/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; }
@@ -61,7 +83,8 @@ else
   echo "ci/setup.sh: building consul 1.13.9 from source (about 7 minutes, once) into $consul_bin"
   mkdir -p "$(dirname "$consul_bin")"
   start=$SECONDS
-  (cd "$root/harness/consulbuild" && go build -trimpath -o "$consul_bin.tmp" github.com/hashicorp/consul)
+  dir=$(consulbuild_dir)
+  (cd "$dir" && go build -trimpath -o "$consul_bin.tmp" github.com/hashicorp/consul)
   mv "$consul_bin.tmp" "$consul_bin"
   echo "ci/setup.sh: consul built in $((SECONDS - start))s"
 fi

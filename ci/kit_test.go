@@ -1,0 +1,239 @@
+// Package ci holds the tests of the vendoring kit (ci/README.md): the
+// GitHub Actions workflow a lock library copies, and the consumer module
+// ci/example, which `go test ./...` skips because it is a module of its own.
+package ci
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/locksuite/locksuite/harness/report"
+)
+
+type workflow struct {
+	Name string `yaml:"name"`
+	Jobs map[string]struct {
+		RunsOn string            `yaml:"runs-on"`
+		Env    map[string]string `yaml:"env"`
+		Steps  []struct {
+			Name string         `yaml:"name"`
+			Uses string         `yaml:"uses"`
+			Run  string         `yaml:"run"`
+			With map[string]any `yaml:"with"`
+		} `yaml:"steps"`
+	} `yaml:"jobs"`
+}
+
+// readmeSteps returns the workflow step names ci/README.md promises: the
+// bold names after "Its steps:", up to the next numbered step.
+func readmeSteps(t *testing.T) []string {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "Its steps:")
+	if i < 0 {
+		t.Fatal(`ci/README.md: no "Its steps:" list`)
+	}
+	s = s[i:]
+	if j := strings.Index(s, "\n4. "); j >= 0 {
+		s = s[:j]
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`\*\*([^*]+)\*\*`).FindAllStringSubmatch(s, -1) {
+		names = append(names, m[1])
+	}
+	return names
+}
+
+// TestKitWorkflow: the workflow parses as YAML, has exactly the steps the
+// README names in that order, runs this repository's setup script, and
+// runs the example's test function.
+func TestKitWorkflow(t *testing.T) {
+	b, err := os.ReadFile("github/locksuite.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w workflow
+	if err := yaml.Unmarshal(b, &w); err != nil {
+		t.Fatalf("ci/github/locksuite.yml does not parse: %v", err)
+	}
+	job, ok := w.Jobs["locksuite"]
+	if !ok {
+		t.Fatalf("no job named locksuite in %v", w.Jobs)
+	}
+	var names []string
+	step := map[string]int{}
+	for i, s := range job.Steps {
+		names = append(names, s.Name)
+		step[s.Name] = i
+		if (s.Uses == "") == (s.Run == "") {
+			t.Errorf("step %q: needs exactly one of uses and run", s.Name)
+		}
+	}
+	if want := readmeSteps(t); !slices.Equal(names, want) {
+		t.Errorf("workflow steps %q, README promises %q", names, want)
+	}
+	get := func(name string) (uses, run string, with map[string]any) {
+		i, ok := step[name]
+		if !ok {
+			t.Fatalf("no step %q", name)
+		}
+		s := job.Steps[i]
+		return s.Uses, s.Run, s.With
+	}
+	_, _, with := get("Check out locksuite")
+	path, _ := with["path"].(string)
+	_, run, _ := get("Install the servers")
+	script, ok := strings.CutPrefix(strings.TrimSpace(run), path+"/")
+	if !ok || path == "" {
+		t.Errorf("Install the servers runs %q, not a script in the locksuite checkout %q", run, path)
+	} else if fi, err := os.Stat(filepath.Join("..", script)); err != nil || fi.Mode()&0o111 == 0 {
+		t.Errorf("Install the servers runs %s, which is not an executable file of this repository (%v)", script, err)
+	}
+	_, run, _ = get("Point the module at locksuite")
+	if !strings.Contains(run, "-replace github.com/locksuite/locksuite=./"+path) {
+		t.Errorf("Point the module at locksuite runs %q: it must replace the module with ./%s", run, path)
+	}
+	_, run, _ = get("Run locksuite")
+	if !strings.Contains(run, "go test") || !strings.Contains(run, "$LOCKSUITE_RUN") {
+		t.Errorf("Run locksuite runs %q: want go test -run \"$LOCKSUITE_RUN\"", run)
+	}
+	src, err := os.ReadFile("example/locksuite_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fn := job.Env["LOCKSUITE_RUN"]; fn == "" || !strings.Contains(string(src), "func "+fn+"(t *testing.T)") {
+		t.Errorf("LOCKSUITE_RUN is %q, not a test function of ci/example/locksuite_test.go", fn)
+	}
+}
+
+// TestKitExample follows the kit's instructions in a new directory outside
+// the repository: it copies ci/example there, points its replace at this
+// repository (README step 2), runs its go test without the chaos scenarios,
+// and checks the verdicts in Ginkgo's JSON report. The time it takes
+// (building the example's test binary, then running it) is logged, not
+// asserted.
+func TestKitExample(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if rel, err := filepath.Rel(root, dir); err == nil && !strings.HasPrefix(rel, "..") {
+		t.Fatalf("temporary directory %s is inside the repository %s", dir, root)
+	}
+	entries, err := os.ReadDir("example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("example", e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOCKSUITE_WORKER") && !strings.HasPrefix(kv, "GOFLAGS=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "GOWORK=off")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	goCmd := func(args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir, cmd.Env = dir, env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
+		}
+	}
+	goCmd("mod", "edit", "-replace", "github.com/locksuite/locksuite="+root)
+	jsonReport := filepath.Join(dir, "report.json")
+	t0 := time.Now()
+	goCmd("test", "-count=1", "-run", "TestLocksuite", ".", "-args", "-ginkgo.label-filter=!chaos", "-ginkgo.json-report="+jsonReport)
+	t.Logf("kit example: go test in a new directory took %v (build and run; without the chaos scenarios)", time.Since(t0).Round(time.Millisecond))
+
+	rows := readRows(t, jsonReport)
+	got := map[string]string{}
+	for _, r := range rows {
+		if r.Backend != "mylock" {
+			t.Errorf("row of backend %q, want mylock", r.Backend)
+		}
+		mode := "unfenced"
+		if r.Fencing {
+			mode = "fenced"
+		}
+		got[mode+" "+r.Scenario] = r.Verdict
+		t.Logf("%s %s: %s %s", mode, r.Scenario, r.Verdict, r.Reason)
+	}
+	for k, want := range map[string]string{
+		"unfenced baseline":             report.Kept,
+		"unfenced control":              report.Broken,
+		"unfenced deterministic-pause":  report.Broken,
+		"unfenced release-after-expiry": report.Kept,
+		"fenced deterministic-pause":    report.Skipped, // redsync has no token
+	} {
+		if got[k] != want {
+			t.Errorf("%s: verdict %q, want %q", k, got[k], want)
+		}
+	}
+}
+
+// readRows returns the rows the suite attached to Ginkgo's JSON report.
+func readRows(t *testing.T, path string) []report.Row {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suites []struct {
+		SpecReports []struct {
+			ReportEntries []struct {
+				Name  string
+				Value struct{ AsJSON string }
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &suites); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var rows []report.Row
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			for _, e := range sp.ReportEntries {
+				if e.Name != "locksuite" {
+					continue
+				}
+				var r report.Row
+				if err := json.Unmarshal([]byte(e.Value.AsJSON), &r); err != nil {
+					t.Fatalf("report entry %q: %v", e.Value.AsJSON, err)
+				}
+				rows = append(rows, r)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		t.Fatalf("%s has no locksuite rows", path)
+	}
+	return rows
+}
