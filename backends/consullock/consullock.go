@@ -155,8 +155,25 @@ type result struct {
 }
 
 // Acquire runs Lock on a fresh api.Lock until it holds the lock, or ctx is
-// done.
+// done. Lock fails with "invalid session" when the session it made for the
+// attempt was invalidated before its acquire (this client stalled while it
+// waited): as an application would, Acquire calls Lock again, with a new
+// session.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	for {
+		g, err := l.attempt(ctx)
+		if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "invalid session") {
+			return g, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("consullock: acquire %s: %w", l.opts.Key, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	if l.closed.Load() {
 		return nil, backends.ErrClosed
 	}
