@@ -24,7 +24,10 @@ import (
 // own behind (keys, sessions, fence counters, sequences, counter rows).
 func TestSharedServers(t *testing.T) {
 	ctx := context.Background()
-	env, err := local.Start(ctx, local.Names)
+	// The four adapters, and the lock libraries on the same servers
+	// (redsync-3 needs servers of its own).
+	names := append(slices.Clone(local.Names), "consul-lock", "etcd-mutex", "pg-xact", "redsync")
+	env, err := local.Start(ctx, names)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +71,7 @@ func TestSharedServers(t *testing.T) {
 	_, err = pg.Exec(ctx, `CREATE TABLE app_orders (id int); INSERT INTO app_orders VALUES (1), (2); CREATE SEQUENCE app_seq`)
 	must(err)
 
-	for _, n := range local.Names {
+	for _, n := range names {
 		for _, fenced := range []bool{false, true} {
 			cfg := env.Config(n, fenced)
 			cfg.Duration = 500 * time.Millisecond

@@ -63,7 +63,8 @@ type Config struct {
 	LockDelay time.Duration
 	// LockWaitTime bounds each blocking query of Lock
 	// (LockOptions.LockWaitTime), and so how long an abandoned attempt
-	// lingers. Default 15s, the library's.
+	// lingers and Close waits for it. It does not change what Lock grants.
+	// Default 15s, the library's.
 	LockWaitTime time.Duration
 	_            struct{}
 }
@@ -77,6 +78,8 @@ type locker struct {
 
 	mu      sync.Mutex
 	pending map[chan struct{}]bool // stop channels of running Lock calls
+	running sync.WaitGroup         // running Lock calls
+	wait    time.Duration          // LockWaitTime in effect
 }
 
 var (
@@ -118,7 +121,10 @@ func New(cfg Config) (backends.Locker, error) {
 			return nil, fmt.Errorf("consullock: client for %q: %w", ac.Address, err)
 		}
 	}
-	l := &locker{c: c, ttl: cfg.TTL, delay: cfg.LockDelay, pending: map[chan struct{}]bool{}}
+	l := &locker{c: c, ttl: cfg.TTL, delay: cfg.LockDelay, pending: map[chan struct{}]bool{}, wait: cfg.LockWaitTime}
+	if l.wait == 0 {
+		l.wait = api.DefaultLockWaitTime
+	}
 	l.opts = api.LockOptions{
 		Key:          cfg.Key,
 		SessionName:  "locksuite " + cfg.Key,
@@ -188,7 +194,9 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	l.mu.Unlock()
 	done := make(chan result, 1)
 	var abandoned atomic.Bool
+	l.running.Add(1)
 	go func() {
+		defer l.running.Done()
 		lost, err := lk.Lock(stop)
 		if lost != nil && abandoned.Load() {
 			_ = lk.Unlock()
@@ -232,17 +240,25 @@ func (l *locker) stop(stop chan struct{}) {
 	}
 }
 
-// Close stops the Lock calls still waiting; they end after their current
-// blocking query. It is idempotent.
+// Close stops the Lock calls still waiting (abandoned Acquires) and waits
+// for them to end, which they do after their current blocking query: at most
+// LockWaitTime and a request, bounded at LockWaitTime + 5s. Their sessions
+// are destroyed by the library as they end. It is idempotent.
 func (l *locker) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for stop := range l.pending {
 		close(stop)
 		delete(l.pending, stop)
+	}
+	l.mu.Unlock()
+	done := make(chan struct{})
+	go func() { l.running.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(l.wait + 5*time.Second):
 	}
 	return nil
 }
