@@ -84,9 +84,12 @@ type Config struct {
 	// suite/local sets REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR and
 	// ETCDCTL_ENDPOINTS here. Default empty.
 	WorkerEnv []string
-	// Artifacts, if not empty, is a directory where each chaos run leaves its
-	// history as JSON (every critical section and every pause, with the
-	// seed). Default empty: none kept.
+	// Artifacts, if not empty, is a directory (created if missing) where
+	// every scenario run leaves two files named after its key: its history,
+	// a report.Timeline as JSON (the row with its seed, every critical
+	// section and every fault), and the same drawn as a self-contained HTML
+	// timeline (report.WriteHTML). Row.Artifacts names them. Default empty:
+	// none kept.
 	Artifacts string
 	// Report, if not nil, is called with every result, including skipped
 	// ones. Results are also attached to the Ginkgo report as entries named

@@ -1,5 +1,6 @@
 // Package report turns results into what people read: one Row per backend,
-// fencing mode and scenario, printed as a table or written as JSON.
+// fencing mode and scenario, printed as a table or written as JSON,
+// Markdown, or, with the run's history, as an HTML timeline.
 package report
 
 import (
@@ -53,6 +54,9 @@ type Row struct {
 	// "kept", or "broken" for a control or an unfenced run documenting that
 	// a lease alone is unsafe. Empty for skipped rows.
 	Expected string `json:"expected,omitempty"`
+	// Artifacts are the files this run left in suite.Config.Artifacts: its
+	// history (a Timeline as JSON) and its HTML timeline.
+	Artifacts []string `json:"artifacts,omitempty"`
 }
 
 // Sort orders rows by backend, fencing (off first), then scenario.
