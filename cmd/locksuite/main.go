@@ -112,6 +112,8 @@ type options struct {
 	log       string
 
 	artifacts     string
+	keepBroken    string
+	set           [][2]string // the flags given, as name and value, in order
 	store         string
 	interval      time.Duration
 	stallEvery    int
@@ -160,7 +162,8 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "how long the baseline and the control run")
 	fs.IntVar(&o.clients, "clients", 3, "concurrent clients in the baseline and the control")
-	fs.StringVar(&o.artifacts, "artifacts", "", "keep each chaos run's history (sections, pauses, seed) as JSON in `DIR`")
+	fs.StringVar(&o.artifacts, "artifacts", "", "keep every run's history (JSON) and HTML timeline in `DIR`, with the servers' logs and how to reproduce each run (reproduce.txt)")
+	fs.StringVar(&o.keepBroken, "keep-broken", "auto", "when a run comes out broken or unknown, keep its history, timeline, the servers' logs, its seed and the command to reproduce it in `DIR`: auto is a new directory under $TMPDIR, named on stderr; off keeps nothing")
 	fs.StringVar(&o.store, "store", "", "counter store: postgres (the guide's) or etcd (default: postgres when it is among the backends, else the embedded etcd)")
 	fs.DurationVar(&o.interval, "interval", 0, "time between chaos pauses (default 500ms)")
 	fs.IntVar(&o.stallEvery, "stall-every", 0, "every Nth critical section stalls in the stall scenarios (default 10)")
@@ -193,6 +196,10 @@ Flags:
 	}
 	if fs.NArg() > 0 {
 		return o, &usageError{fmt.Sprintf("unexpected argument %q: flags only (see locksuite run --help)", fs.Arg(0))}
+	}
+	fs.Visit(func(f *flag.Flag) { o.set = append(o.set, [2]string{f.Name, f.Value.String()}) })
+	if o.keepBroken == "" {
+		return o, &usageError{"--keep-broken is empty: give a directory, auto (a new one under $TMPDIR) or off"}
 	}
 	var err error
 	if o.backends, err = parseList("backends", *backends, append(slices.Clone(local.Names), local.Clusters...)); err != nil {
@@ -258,6 +265,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer env.Close()
 	fmt.Fprintf(stderr, "locksuite: servers ready in %v; counter store: %s\n", time.Since(t0).Round(time.Millisecond), env.Store)
 
+	art, err := newArtifacts(o)
+	if err != nil {
+		return err
+	}
+	defer art.abandon()
 	var rows []report.Row
 	collect := func(r report.Row) { rows = append(rows, r) }
 	ran := 0
@@ -277,7 +289,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 				cfg.Lease = o.lease
 			}
 			cfg.Duration, cfg.Clients = o.duration, o.clients
-			cfg.Artifacts = o.artifacts
+			cfg.Artifacts = art.dir
 			if o.workers > 0 {
 				cfg.Chaos.Workers = o.workers
 			}
@@ -322,10 +334,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		// installed yet, so stop here (the deferred Close ends the servers).
 		return fmt.Errorf("interrupted")
 	}
-	if err := runSpecs(o); err != nil {
+	specLog, err := runSpecs(o)
+	if err != nil {
 		return err
 	}
 	report.Sort(rows)
+	art.finish(rows, env, specLog, stderr, ctx.Err() != nil)
 	if o.repeat > 1 {
 		report.WriteSummary(stdout, rows)
 	} else {
@@ -388,7 +402,7 @@ func (t *tb) Fail() { t.failed = true }
 
 // runSpecs runs the registered specs with Ginkgo's own output going to a log
 // file, so that stdout carries only the table.
-func runSpecs(o options) error {
+func runSpecs(o options) (string, error) {
 	logPath := o.log
 	var lf *os.File
 	var err error
@@ -398,15 +412,15 @@ func runSpecs(o options) error {
 		lf, err = os.Create(logPath)
 	}
 	if err != nil {
-		return fmt.Errorf("spec log: %w", err)
+		return "", fmt.Errorf("spec log: %w", err)
 	}
 	defer lf.Close()
 	saved, err := syscall.Dup(1)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := syscall.Dup2(int(lf.Fd()), 1); err != nil {
-		return err
+		return "", err
 	}
 	sc, rc := ginkgo.GinkgoConfiguration()
 	var labels []string
@@ -428,5 +442,5 @@ func runSpecs(o options) error {
 	} else {
 		fmt.Fprintf(os.Stderr, "locksuite: spec log: %s\n", lf.Name())
 	}
-	return nil
+	return lf.Name(), nil
 }
