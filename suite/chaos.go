@@ -219,6 +219,7 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 			}
 		}
 	}
+	r.started(scenario, duration)
 	t0 := rec.Now()
 	for _, p := range procs {
 		p.Go(t0 + duration)

@@ -131,6 +131,22 @@ func (r *run) close() {
 	}
 }
 
+// started tells Config.Started that the scenario begins.
+func (r *run) started(scenario string, planned time.Duration) {
+	if r.cfg.Started != nil {
+		r.cfg.Started(scenario, planned)
+	}
+}
+
+// expiry is how long a stalled holder's lease takes to run out, as far as
+// the Locker says, else the stall bound.
+func expiry(cfg Config, l backends.Locker) time.Duration {
+	if e, ok := backends.ExpiryOf(l); ok {
+		return e
+	}
+	return stallTimeout(cfg, l)
+}
+
 // recorder starts the run's history.
 func (r *run) recorder() *history.Recorder {
 	r.rec = history.NewRecorder()
@@ -242,6 +258,7 @@ func runBaseline(ctx context.Context, cfg Config, runID string) (report.Row, err
 		return report.Row{}, err
 	}
 	rec := r.recorder()
+	r.started(Baseline, cfg.Duration)
 	t0 := time.Now()
 	if err := load.Run(ctx, r.lockers, s, rec, cfg.Work, cfg.Duration); err != nil {
 		return report.Row{}, err
@@ -278,6 +295,7 @@ func runControl(ctx context.Context, cfg Config, runID string) (report.Row, erro
 		return report.Row{}, err
 	}
 	rec := r.recorder()
+	r.started(Control, cfg.Duration)
 	t0 := time.Now()
 	work := max(cfg.Work, time.Millisecond)
 	if err := load.Run(ctx, lockers, s, rec, work, cfg.Duration); err != nil {
@@ -333,6 +351,7 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 		return report.Row{}, err
 	}
 	rec := r.recorder()
+	r.started(DeterministicPause, expiry(cfg, a))
 	t0 := time.Now()
 	var (
 		wg      sync.WaitGroup
@@ -461,6 +480,7 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 	hold := func(id int, asked, start time.Duration) {
 		rec.Add(history.Section{Client: id, Asked: asked, Start: start, End: rec.Now(), Outcome: history.Aborted})
 	}
+	r.started(ReleaseAfterExpiry, expiry(cfg, a))
 	t0 := time.Now()
 	askedA := rec.Now()
 	la, err := a.Acquire(ctx)

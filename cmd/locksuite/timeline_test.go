@@ -49,9 +49,14 @@ func brokenAndKept(t *testing.T) (broken, kept []string) {
 	t.Helper()
 	tmp := t.TempDir()
 	start := time.Now()
-	code, out, errs := runCLI(t, tmp, "run", "--backends", "etcd", "--scenarios", "baseline,control,deterministic-pause", "--fencing", "off", "--duration", "1s")
+	code, out, errs := runCLI(t, tmp, "run", "--backends", "etcd", "--scenarios", "baseline,control,deterministic-pause", "--fencing", "off", "--duration", "1s", "--progress", "200ms")
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	// Progress: stderr is a pipe, so plain lines, with the scenario running
+	// and its planned time.
+	if !regexp.MustCompile(`(?m)^locksuite: \[\d/3\] etcd fencing=off (baseline|control|deterministic-pause) [0-9.]+m?s of [0-9.]+m?s; .* in all; violations so far: \d broken runs, \d+ lost updates, 0 unexpected$`).MatchString(errs) {
+		t.Errorf("no progress line on stderr:\n%s", errs)
 	}
 	m := regexp.MustCompile(`kept in (\S+)`).FindStringSubmatch(errs)
 	if m == nil {
