@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/suite/local"
 )
 
@@ -32,6 +33,9 @@ func (a *artifacts) abandon() {
 
 func newArtifacts(o options) (*artifacts, error) {
 	a := &artifacts{o: o}
+	if _, ok, _ := worker.FromEnv(); ok {
+		return a, nil // a chaos worker: its coordinator keeps the artifacts
+	}
 	switch {
 	case o.artifacts != "":
 		a.dir, a.all = o.artifacts, true
