@@ -141,7 +141,7 @@ func headless(t *testing.T, bin string, args ...string) []byte {
 	defer cancel()
 	profile := t.TempDir()
 	argv := []string{"--headless", "--disable-gpu", "--no-first-run", "--disable-breakpad", "--user-data-dir=" + profile,
-		"--hide-scrollbars", "--force-device-scale-factor=1", "--window-size=1280,800"}
+		"--hide-scrollbars", "--force-device-scale-factor=1", "--force-color-profile=srgb", "--window-size=1280,800"}
 	if os.Geteuid() == 0 {
 		argv = append(argv, "--no-sandbox") // chromium refuses to run as root with its sandbox
 	}
