@@ -59,7 +59,8 @@ func newArtifacts(o options) (*artifacts, error) {
 
 // finish removes the files of the runs not to keep, and, if any are kept,
 // adds the servers' logs (before the servers stop and remove them), the spec
-// log and reproduce.txt, and names the directory on stderr. In an
+// log and reproduce.txt, and names the directory on stderr. It clears the
+// Artifacts of the rows whose files it removed. In an
 // interrupted run, a result that stayed unknown is the interrupt's doing and
 // is not kept.
 func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, stderr io.Writer, interrupted bool) {
@@ -68,7 +69,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 	}
 	a.done = true
 	var kept []report.Row
-	for _, r := range rows {
+	for i, r := range rows {
 		if a.all || r.Verdict == report.Broken || (r.Verdict == report.Unknown && !interrupted) {
 			if r.Verdict != report.Skipped {
 				kept = append(kept, r)
@@ -78,6 +79,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 		for _, f := range r.Artifacts {
 			_ = os.Remove(f)
 		}
+		rows[i].Artifacts = nil // not in --json either
 	}
 	nbad := 0
 	for _, r := range kept {
@@ -157,7 +159,7 @@ func onOff(b bool) string {
 func (a *artifacts) command(r *report.Row) string {
 	skip := map[string]bool{}
 	if r != nil {
-		for _, f := range []string{"backends", "scenarios", "fencing", "seed", "repeat", "json", "markdown", "junit", "artifacts", "keep-broken", "log"} {
+		for _, f := range []string{"backends", "scenarios", "fencing", "seed", "repeat", "json", "markdown", "junit", "artifacts", "keep-broken", "log", "progress"} {
 			skip[f] = true
 		}
 	}

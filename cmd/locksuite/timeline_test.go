@@ -49,7 +49,7 @@ func brokenAndKept(t *testing.T) (broken, kept []string) {
 	t.Helper()
 	tmp := t.TempDir()
 	start := time.Now()
-	code, out, errs := runCLI(t, tmp, "run", "--backends", "etcd", "--scenarios", "baseline,control,deterministic-pause", "--fencing", "off", "--duration", "1s", "--progress", "200ms")
+	code, out, errs := runCLI(t, tmp, "run", "--backends", "etcd", "--scenarios", "baseline,control,deterministic-pause", "--fencing", "off", "--duration", "1s", "--progress", "200ms", "--json", filepath.Join(tmp, "r.json"))
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
@@ -81,6 +81,15 @@ func brokenAndKept(t *testing.T) (broken, kept []string) {
 	}
 	if strings.Contains(string(repro), "baseline") && !strings.Contains(string(repro), "--scenarios baseline,control") {
 		t.Errorf("reproduce.txt lists the kept baseline:\n%s", repro)
+	}
+	var rows []report.Row
+	if b, err := os.ReadFile(filepath.Join(tmp, "r.json")); err != nil || json.Unmarshal(b, &rows) != nil {
+		t.Fatalf("--json: %v", err)
+	}
+	for _, r := range rows {
+		if (r.Verdict == report.Broken) != (len(r.Artifacts) == 2) {
+			t.Errorf("--json row %s %s: artifacts %v", r.Scenario, r.Verdict, r.Artifacts)
+		}
 	}
 	for _, f := range []string{"etcd.log", "spec.log"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
