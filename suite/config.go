@@ -95,13 +95,14 @@ type Config struct {
 	// ones. Results are also attached to the Ginkgo report as entries named
 	// "locksuite".
 	Report func(report.Row)
-	// Started, if not nil, is called when a scenario run has set up and
-	// starts its clients, with the scenario's name and how long it plans to
-	// run: Duration for the baseline and the control, the whole schedule for
-	// a chaos run, the lock's expiry (or the stall bound, when it declares
-	// none) for the pause scenarios. For progress displays; Report follows
-	// with the result.
-	Started func(scenario string, planned time.Duration)
+	// Progress, if not nil, is called when a scenario run has set up and
+	// starts its clients, then every second until it ends, from another
+	// goroutine, with what the run knows so far. Planned is Duration for the
+	// baseline and the control, the whole schedule for a chaos run, the
+	// lock's expiry (or the stall bound, when it declares none) for the
+	// pause scenarios. For progress displays; Report follows with the
+	// result. Default nil.
+	Progress func(report.Progress)
 	// Servers, if not nil, is the lock service's own processes, for the
 	// scenarios that fault the server rather than the client (ServerStall,
 	// ClockJump); every fault scenario also checks Servers.Healthy before

@@ -52,6 +52,9 @@ type run struct {
 	rec    *history.Recorder
 	mu     sync.Mutex
 	faults []report.Fault
+
+	progress     chan struct{} // closed to stop the Progress reports
+	progressDone sync.WaitGroup
 }
 
 var runSeq atomic.Int64
@@ -104,6 +107,10 @@ func (r *run) store(ctx context.Context, fenced bool) (fencing.Store, error) {
 }
 
 func (r *run) close() {
+	if r.progress != nil {
+		close(r.progress)
+		r.progressDone.Wait()
+	}
 	for _, p := range r.proxies {
 		if p != nil {
 			p.Heal()
@@ -131,11 +138,44 @@ func (r *run) close() {
 	}
 }
 
-// started tells Config.Started that the scenario begins.
+// started reports the scenario's progress to Config.Progress now and every
+// second until the run closes.
 func (r *run) started(scenario string, planned time.Duration) {
-	if r.cfg.Started != nil {
-		r.cfg.Started(scenario, planned)
+	if r.cfg.Progress == nil || r.rec == nil {
+		return
 	}
+	t0 := time.Now()
+	report1 := func() {
+		p := report.Progress{Scenario: scenario, Elapsed: time.Since(t0), Planned: planned}
+		secs := r.rec.Sections()
+		in := map[int]bool{}
+		for _, o := range checker.Overlaps(secs) {
+			in[o.A], in[o.B] = true, true
+		}
+		p.Sections, p.Overlaps = len(secs), len(in)
+		for _, s := range secs {
+			if s.Outcome == history.Rejected {
+				p.Rejected++
+			}
+		}
+		r.cfg.Progress(p)
+	}
+	report1()
+	r.progress = make(chan struct{})
+	r.progressDone.Add(1)
+	go func() {
+		defer r.progressDone.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				report1()
+			case <-r.progress:
+				return
+			}
+		}
+	}()
 }
 
 // expiry is how long a stalled holder's lease takes to run out, as far as

@@ -345,9 +345,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			cfg.ExpectLoss = !f
 			cfg.Report = collect
 			name := fmt.Sprintf("%s fencing=%s", n, onOff(f))
-			cfg.Started = func(sc string, planned time.Duration) {
+			cfg.Progress = func(p report.Progress) {
 				if prog != nil {
-					prog.begin(name+" "+sc, planned)
+					prog.update(name, p)
 				}
 			}
 			for range o.repeat {

@@ -16,7 +16,8 @@ import (
 // progress shows on stderr what a run is doing while its specs run: the
 // scenario, its elapsed and planned time, and the violations so far. On a
 // terminal it rewrites one line in place; otherwise it prints a plain line
-// every `every`.
+// every `every`. Lost updates are known when a run ends; while it runs, its
+// overlapping critical sections show the lock failing.
 type progress struct {
 	w     io.Writer
 	tty   bool
@@ -32,6 +33,8 @@ type progress struct {
 	cur      string // backend, fencing and scenario running, or ""
 	curStart time.Time
 	planned  time.Duration
+	sections int // of the running scenario, so far
+	overlaps int
 	width    int // of the line on the terminal
 
 	stop chan struct{}
@@ -72,11 +75,16 @@ func newProgress(w io.Writer, tty bool, every time.Duration, total int) *progres
 	return p
 }
 
-// begin says that scenario run name started and plans to take planned.
-func (p *progress) begin(name string, planned time.Duration) {
+// update takes a scenario run's progress; name is its backend and fencing
+// mode.
+func (p *progress) update(name string, r report.Progress) {
 	p.mu.Lock()
-	p.cur, p.curStart, p.planned = name, time.Now(), planned
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	cur := name + " " + r.Scenario
+	if cur != p.cur {
+		p.cur, p.curStart = cur, time.Now().Add(-r.Elapsed)
+	}
+	p.planned, p.sections, p.overlaps = r.Planned, r.Sections, r.Overlaps
 }
 
 // end counts a result.
@@ -98,7 +106,8 @@ func (p *progress) line() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "locksuite: [%d/%d] ", min(p.done+1, p.total), p.total)
 	if p.cur != "" {
-		fmt.Fprintf(&b, "%s %v of %v", p.cur, time.Since(p.curStart).Round(100*time.Millisecond), p.planned.Round(100*time.Millisecond))
+		fmt.Fprintf(&b, "%s %v of %v, %d sections, %d overlapping", p.cur, time.Since(p.curStart).Round(100*time.Millisecond),
+			p.planned.Round(100*time.Millisecond), p.sections, p.overlaps)
 	} else {
 		b.WriteString("starting")
 	}

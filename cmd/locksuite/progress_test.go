@@ -46,19 +46,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // TestProgressLines: when stderr is not a terminal, the display prints
-// plain lines with the scenario, its elapsed and planned time and the
-// violations so far, and no carriage returns.
+// plain lines with the scenario, its elapsed and planned time, its sections
+// and overlaps so far, and the violations of the runs so far, and no
+// carriage returns.
 func TestProgressLines(t *testing.T) {
 	var buf lockedBuffer
 	if isTerminal(&buf) {
 		t.Fatal("a buffer is not a terminal")
 	}
 	p := newProgress(&buf, false, 20*time.Millisecond, 3)
-	p.begin("redis fencing=off pause-targeted", 5*time.Second)
+	p.update("redis fencing=off", report.Progress{Scenario: "pause-targeted", Planned: 5 * time.Second, Sections: 40, Overlaps: 2})
 	waitFor(t, "a first line", func() bool { return strings.Count(buf.String(), "\n") >= 1 })
 	p.end(report.Row{Backend: "redis", Scenario: "pause-targeted", Verdict: report.Broken, Lost: 3})
 	p.end(report.Row{Backend: "redis", Fencing: true, Scenario: "pause-targeted", Verdict: report.Broken, Lost: 2})
-	p.begin("redis fencing=on chaos-none", 10*time.Second)
+	p.update("redis fencing=on", report.Progress{Scenario: "chaos-none", Planned: 10 * time.Second, Elapsed: time.Second, Sections: 7})
 	waitFor(t, "a line after two results", func() bool { return strings.Contains(buf.String(), "[3/3]") })
 	p.close()
 	out := buf.String()
@@ -66,12 +67,12 @@ func TestProgressLines(t *testing.T) {
 	if strings.Contains(out, "\r") {
 		t.Errorf("carriage returns in non-terminal output: %q", out)
 	}
-	if !strings.HasPrefix(lines[0], "locksuite: [1/3] redis fencing=off pause-targeted ") || !strings.Contains(lines[0], " of 5s;") ||
+	if !strings.HasPrefix(lines[0], "locksuite: [1/3] redis fencing=off pause-targeted ") || !strings.Contains(lines[0], " of 5s, 40 sections, 2 overlapping;") ||
 		!strings.Contains(lines[0], "violations so far: 0 broken runs, 0 lost updates, 0 unexpected") {
 		t.Errorf("first line %q", lines[0])
 	}
 	last := lines[len(lines)-1]
-	if !strings.Contains(last, "[3/3] redis fencing=on chaos-none") || !strings.Contains(last, " of 10s;") ||
+	if !strings.Contains(last, "[3/3] redis fencing=on chaos-none") || !strings.Contains(last, " of 10s, 7 sections, 0 overlapping;") ||
 		!strings.Contains(last, "violations so far: 2 broken runs, 5 lost updates, 1 unexpected") {
 		t.Errorf("last line %q: want the second scenario, 2 broken runs, 5 lost, 1 unexpected (the fenced one)", last)
 	}
@@ -122,7 +123,7 @@ func TestProgressTerminal(t *testing.T) {
 		}
 	}()
 	p := newProgress(s, true, time.Hour, 2)
-	p.begin("etcd fencing=on baseline", 2*time.Second)
+	p.update("etcd fencing=on", report.Progress{Scenario: "baseline", Planned: 2 * time.Second})
 	waitFor(t, "three updates on the terminal", func() bool { return strings.Count(buf.String(), "\r") >= 3 })
 	p.close()
 	waitFor(t, "the line cleared", func() bool { return strings.HasSuffix(strings.TrimRight(buf.String(), " "), "\r") })
@@ -131,7 +132,7 @@ func TestProgressTerminal(t *testing.T) {
 	if strings.Contains(out, "\n") {
 		t.Errorf("newlines on the terminal: %q", out)
 	}
-	if !strings.Contains(out, "\rlocksuite: [1/2] etcd fencing=on baseline ") || !strings.Contains(out, " of 2s;") {
+	if !strings.Contains(out, "\rlocksuite: [1/2] etcd fencing=on baseline ") || !strings.Contains(out, " of 2s, 0 sections, 0 overlapping;") {
 		t.Errorf("terminal output %q", out)
 	}
 }

@@ -55,7 +55,7 @@ func brokenAndKept(t *testing.T) (broken, kept []string) {
 	}
 	// Progress: stderr is a pipe, so plain lines, with the scenario running
 	// and its planned time.
-	if !regexp.MustCompile(`(?m)^locksuite: \[\d/3\] etcd fencing=off (baseline|control|deterministic-pause) [0-9.]+m?s of [0-9.]+m?s; .* in all; violations so far: \d broken runs, \d+ lost updates, 0 unexpected$`).MatchString(errs) {
+	if !regexp.MustCompile(`(?m)^locksuite: \[\d/3\] etcd fencing=off (baseline|control|deterministic-pause) [0-9.]+m?s of [0-9.]+m?s, \d+ sections, \d+ overlapping; .* in all; violations so far: \d broken runs, \d+ lost updates, 0 unexpected$`).MatchString(errs) {
 		t.Errorf("no progress line on stderr:\n%s", errs)
 	}
 	m := regexp.MustCompile(`kept in (\S+)`).FindStringSubmatch(errs)
