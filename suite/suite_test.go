@@ -59,7 +59,8 @@ func TestSuite(t *testing.T) {
 // checkArtifacts: a run that was not skipped left its history (a
 // report.Timeline as JSON) and its HTML timeline, with its sections and the
 // faults it injected: a proxy freeze of client 0 in the pause scenarios,
-// one fault per pause or process stall of a chaos run.
+// the one fault of a fault or failover scenario, one fault per pause or
+// process stall of a chaos run.
 func checkArtifacts(t *testing.T, r report.Row) {
 	if r.Verdict == report.Skipped {
 		return
@@ -101,6 +102,14 @@ func checkArtifacts(t *testing.T, r report.Row) {
 	case suite.Baseline, suite.Control:
 		if len(tl.Faults) != 0 {
 			t.Errorf("%s: faults %+v in a run without faults", id, tl.Faults)
+		}
+	case suite.Failover, suite.FailoverLoad:
+		if kinds["leader killed"] != 1 || len(tl.Faults) != 1 || tl.Faults[0].Client != -1 {
+			t.Errorf("%s: faults %+v, want the leader's kill, on every lane", id, tl.Faults)
+		}
+	case suite.PartitionCut, suite.PartitionBlackhole, suite.SessionKill, suite.ServerStall, suite.ClockJump:
+		if len(tl.Faults) != 1 || r.Faults != 1 {
+			t.Errorf("%s: faults %+v (row: %d), want the one fault", id, tl.Faults, r.Faults)
 		}
 	default: // chaos: the row counts the pauses and process stalls
 		if got := kinds["sigstop"] + kinds["stall"]; got != r.Faults {

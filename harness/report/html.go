@@ -11,16 +11,20 @@ import (
 	"github.com/locksuite/locksuite/harness/history"
 )
 
-// Fault is a time one client could not run: stopped (SIGSTOP), stalled in
-// its critical section, or cut off from the lock service by a frozen proxy.
-// Times are on the history's clock, like Section's.
+// Fault is a time one client could not run or reach the lock service
+// (stopped, stalled, its path frozen, cut or blackholed, its session
+// killed), or, with Client -1, a fault of the lock service itself (a server
+// stopped, its leader killed, its clock moved). Times are on the history's
+// clock, like Section's.
 type Fault struct {
-	Client int           `json:"client"`
+	Client int           `json:"client"` // -1: the lock service
 	Start  time.Duration `json:"start_ns"`
 	End    time.Duration `json:"end_ns"`
 	// Kind says what the fault was: "sigstop", "stall" (the whole process,
-	// renewals included), "sleep" (the holder's goroutine only) or "freeze"
-	// (the client's connections to the lock service).
+	// renewals included), "sleep" (the holder's goroutine only), "freeze"
+	// (the client's connections to the lock service), "cut", "blackhole",
+	// "session killed"; for the service "server sigstop", "leader killed",
+	// "clock jump".
 	Kind string `json:"kind"`
 }
 
@@ -56,7 +60,8 @@ func (t Timeline) WriteJSON(w io.Writer) error {
 // lane per client on one time axis with a bar per critical section
 // (accepted blue, rejected orange with a cross, failed purple, ended
 // before writing grey; a thin line for the wait for the lock), faults
-// hatched over the lane, and in red the time two accepted sections
+// hatched over the lane (over every lane for a fault of the lock service),
+// and in red the time two accepted sections
 // overlapped (checker.Overlaps), on both bars.
 //
 // The page's script draws an SVG with the id "timeline"; each bar has the
@@ -162,7 +167,7 @@ svg text { font: 12px system-ui, sans-serif; fill: #333; }
   var W = 1200, left = 90, right = 20, top = 10, lane = 34, bar = 20;
   var clients = {};
   d.Sections.forEach(function (s) { clients[s.Client] = true; });
-  d.Faults.forEach(function (f) { clients[f.Client] = true; });
+  d.Faults.forEach(function (f) { if (f.Client >= 0) clients[f.Client] = true; });
   var ids = Object.keys(clients).map(Number).sort(function (a, b) { return a - b; });
   var row = {}; ids.forEach(function (c, i) { row[c] = i; });
   var t0 = Infinity, t1 = -Infinity;
@@ -209,8 +214,10 @@ svg text { font: 12px system-ui, sans-serif; fill: #333; }
   pl.setAttribute('width', 3); pl.setAttribute('height', 6); pl.setAttribute('fill', 'rgba(0,0,0,0.28)');
   pat.appendChild(pl); defs.appendChild(pat);
   d.Faults.forEach(function (f) {
-    var s = span(f.Start, f.End, 2), y = top + lane * row[f.Client];
-    var e = el('rect', {'class': 'fault', 'data-client': f.Client, x: s[0], y: y, width: s[1], height: lane - 4, fill: 'url(#hatch)', stroke: '#555', 'stroke-dasharray': '3 2'});
+    // A fault of the lock service (Client -1) covers every lane.
+    var s = span(f.Start, f.End, 2), all = f.Client < 0, y = all ? top : top + lane * row[f.Client];
+    var h = all ? lane * Math.max(ids.length, 1) - 4 : lane - 4;
+    var e = el('rect', {'class': 'fault', 'data-client': f.Client, x: s[0], y: y, width: s[1], height: h, fill: 'url(#hatch)', stroke: '#555', 'stroke-dasharray': '3 2'});
     el('title', {}, f.Kind + ' ' + ((f.End - f.Start) / 1e6).toFixed(0) + ' ms');
     e.appendChild(svg.lastChild); n.faults++;
     if (s[1] > 60) el('text', {x: s[0] + 3, y: y + 10, style: 'font-size:10px'}, f.Kind);
