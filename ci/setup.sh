@@ -9,6 +9,7 @@
 #     counter store; the harness makes a throwaway cluster with initdb
 #   - libfaketime (apt faketime), so that the clock-jump scenario can move
 #     the harness's redis-server's wall clock mid-run
+#   - chromium (apt), for the test that opens the HTML timelines headless
 #   - Consul 1.13.9, built from source with `go build` from the tools module in
 #     harness/consulbuild (about 7 minutes the first time) and cached at
 #     ${XDG_CACHE_HOME:-~/.cache}/locksuite/consul-1.13.9
@@ -72,6 +73,11 @@ have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || l
 if ! have_faketime; then
   echo "ci/setup.sh: installing faketime (libfaketime)"
   apt_install faketime
+fi
+
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  echo "ci/setup.sh: installing chromium"
+  apt_install chromium
 fi
 
 consul_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/consul-1.13.9"

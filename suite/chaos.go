@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/locksuite/locksuite/harness/checker"
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/worker"
 )
@@ -171,7 +169,7 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 		return report.Row{}, err
 	}
 	defer os.RemoveAll(logDir)
-	rec := history.NewRecorder()
+	rec := r.recorder()
 	argv := cfg.workerArgv
 	if argv == nil {
 		argv = workerArgv("")
@@ -221,6 +219,7 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 			}
 		}
 	}
+	r.started(scenario, duration)
 	t0 := rec.Now()
 	for _, p := range procs {
 		p.Go(t0 + duration)
@@ -240,18 +239,20 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 		}
 		return 0, false
 	}
-	pause := func(victim int, d time.Duration) {
+	pause := func(victim int, d time.Duration, kind string) {
 		mu.Lock()
 		held := holding[victim]
 		injected = append(injected, faults.Injected{At: rec.Now() - t0, For: d, Victim: victim, Held: held})
 		mu.Unlock()
 		p := procs[victim]
+		stopped := rec.Now()
 		_ = p.Stop()
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
 		}
 		_ = p.Cont()
+		r.fault(victim, stopped, rec.Now(), kind)
 	}
 	injCtx, stopInj := context.WithCancel(ctx)
 	defer stopInj()
@@ -283,7 +284,7 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 					continue
 				}
 			}
-			pause(victim, pl.For)
+			pause(victim, pl.For, "sigstop")
 		}
 	}()
 
@@ -305,6 +306,8 @@ loop:
 				mu.Lock()
 				holding[e.Client] = true
 				mu.Unlock()
+			case "sleep":
+				r.fault(e.Client, e.T, e.T+ch.Pause, "sleep")
 			case "released":
 				mu.Lock()
 				delete(holding, e.Client)
@@ -313,7 +316,7 @@ loop:
 				stallWG.Add(1)
 				go func(id int) {
 					defer stallWG.Done()
-					pause(id, ch.Pause)
+					pause(id, ch.Pause, "stall")
 					procs[id].Ack()
 				}(e.Client)
 			case "done":
@@ -356,13 +359,6 @@ loop:
 		break
 	}
 	elapsed := rec.Now() - t0
-	if dir := cfg.Artifacts; dir != "" {
-		// The run's whole history, to replay or plot: every section and
-		// every pause, times in ns since the recorder's base (t0 = start).
-		b, _ := json.MarshalIndent(map[string]any{"key": r.key, "seed": seed, "t0_ns": t0, "sections": rec.Sections(), "pauses": injected}, "", " ")
-		name := strings.NewReplacer("/", "_", " ", "_").Replace(r.key) + ".json"
-		_ = os.WriteFile(filepath.Join(dir, name), b, 0o644)
-	}
 	var res checker.Result
 	if firstErr != nil {
 		res = checker.Result{Verdict: checker.Unknown, Reason: firstErr.Error()}
@@ -386,7 +382,7 @@ loop:
 	if elapsed > 0 {
 		row.WritesPerSec = float64(res.Writes) / elapsed.Seconds()
 	}
-	return row, nil
+	return r.keep(row), nil
 }
 
 // chaosSpecs registers the chaos scenarios (label "chaos"). What each

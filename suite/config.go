@@ -84,14 +84,25 @@ type Config struct {
 	// suite/local sets REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR and
 	// ETCDCTL_ENDPOINTS here. Default empty.
 	WorkerEnv []string
-	// Artifacts, if not empty, is a directory where each chaos run leaves its
-	// history as JSON (every critical section and every pause, with the
-	// seed). Default empty: none kept.
+	// Artifacts, if not empty, is a directory (created if missing) where
+	// every scenario run leaves two files named after its key: its history,
+	// a report.Timeline as JSON (the row with its seed, every critical
+	// section and every fault), and the same drawn as a self-contained HTML
+	// timeline (report.WriteHTML). Row.Artifacts names them. Default empty:
+	// none kept.
 	Artifacts string
 	// Report, if not nil, is called with every result, including skipped
 	// ones. Results are also attached to the Ginkgo report as entries named
 	// "locksuite".
 	Report func(report.Row)
+	// Progress, if not nil, is called when a scenario run has set up and
+	// starts its clients, then every second until it ends, from another
+	// goroutine, with what the run knows so far. Planned is Duration for the
+	// baseline and the control, the whole schedule for a chaos run, the
+	// lock's expiry (or the stall bound, when it declares none) for the
+	// pause scenarios. For progress displays; Report follows with the
+	// result. Default nil.
+	Progress func(report.Progress)
 	// Servers, if not nil, is the lock service's own processes, for the
 	// scenarios that fault the server rather than the client (ServerStall,
 	// ClockJump); every fault scenario also checks Servers.Healthy before

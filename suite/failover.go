@@ -262,12 +262,13 @@ func runFailover(ctx context.Context, cfg Config, runID string) (report.Row, err
 	if err := f.lag(ctx); err != nil {
 		return report.Row{}, err
 	}
-	rec := history.NewRecorder()
+	rec := r.recorder()
 	t0 := rec.Now()
 	expiry, ok := backends.ExpiryOf(a)
 	if !ok {
 		expiry = cfg.Lease
 	}
+	r.started(Failover, expiry+time.Second)
 	var (
 		wg        sync.WaitGroup
 		errB      error
@@ -327,9 +328,11 @@ func runFailover(ctx context.Context, cfg Config, runID string) (report.Row, err
 	if errA != nil && !errors.Is(errA, fencing.ErrStale) {
 		return report.Row{}, fmt.Errorf("holder A: %w", errA)
 	}
-	if _, herr := f.recovered(ctx); herr != nil {
+	healthy, herr := f.recovered(ctx)
+	if herr != nil {
 		return report.Row{}, fmt.Errorf("suite: %s: the lock service did not recover after %s was killed: %w", cfg.Name, f.victim.Name(), herr)
 	}
+	r.fault(-1, f.killed, healthy, "leader killed")
 	var res checker.Result
 	if errB != nil {
 		res = checker.Result{Verdict: checker.Unknown, Reason: fmt.Sprintf("B never completed a section after the failover (%d failed attempts): %v", failedB, errB)}
@@ -354,7 +357,7 @@ func runFailover(ctx context.Context, cfg Config, runID string) (report.Row, err
 	if failedB > 0 {
 		row.Schedule += fmt.Sprintf(", B failed %d attempts", failedB)
 	}
-	return row, nil
+	return r.keep(row), nil
 }
 
 // fences are the fences of A's (client 0) and B's (client 1) first grants.
@@ -392,9 +395,10 @@ func runFailoverLoad(ctx context.Context, cfg Config, runID string) (report.Row,
 	if err != nil {
 		return report.Row{}, err
 	}
-	rec := history.NewRecorder()
+	rec := r.recorder()
 	t0 := rec.Now()
 	dur := cfg.Chaos.Duration
+	r.started(FailoverLoad, dur)
 	lctx, stop := context.WithTimeout(ctx, dur)
 	defer stop()
 	var (
@@ -432,9 +436,11 @@ func runFailoverLoad(ctx context.Context, cfg Config, runID string) (report.Row,
 		return report.Row{}, faultErr
 	}
 	d := time.Duration(rec.Now() - t0)
-	if _, err := f.recovered(ctx); err != nil {
+	healthy, err := f.recovered(ctx)
+	if err != nil {
 		return report.Row{}, fmt.Errorf("suite: %s: the lock service did not recover after %s was killed: %w", cfg.Name, f.victim.Name(), err)
 	}
+	r.fault(-1, f.killed, healthy, "leader killed")
 	res := finish(ctx, s, rec)
 	if err := f.restore(ctx); err != nil {
 		return report.Row{}, err
@@ -450,7 +456,7 @@ func runFailoverLoad(ctx context.Context, cfg Config, runID string) (report.Row,
 		maxWait = max(maxWait, sec.Start-sec.Asked)
 	}
 	row.MaxWaitMS = maxWait.Milliseconds()
-	return row, nil
+	return r.keep(row), nil
 }
 
 // failoverSpecs registers the failover scenarios (label "cluster"). What

@@ -13,7 +13,6 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
-	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
 )
@@ -236,7 +235,8 @@ func runHolderFault(ctx context.Context, cfg Config, r *run, scenario string, f 
 		}
 		health = "ok before"
 	}
-	rec := history.NewRecorder()
+	rec := r.recorder()
+	r.started(scenario, expiry(cfg, a))
 	t0 := time.Now()
 	var (
 		wg                     sync.WaitGroup
@@ -261,6 +261,7 @@ func runHolderFault(ctx context.Context, cfg Config, r *run, scenario string, f 
 			}
 			faultStruck = true
 			faultAt = start.Sub(t0)
+			struck := rec.Now()
 			healed := false
 			doHeal := func() {
 				if healed {
@@ -273,6 +274,8 @@ func runHolderFault(ctx context.Context, cfg Config, r *run, scenario string, f 
 					}
 				}
 				faultFor = time.Since(start)
+				client, kind := faultLane(scenario)
+				r.fault(client, struck, rec.Now(), kind)
 			}
 			defer doHeal() // whatever happens, a stopped server is continued
 			wait := f.wait(grantedAt)
@@ -362,7 +365,25 @@ func runHolderFault(ctx context.Context, cfg Config, r *run, scenario string, f 
 	row.PauseMS = faultFor.Milliseconds()
 	row.Schedule = fmt.Sprintf("%s@%.2fs+%.2fs", f.what, faultAt.Seconds(), faultFor.Seconds())
 	row.Health = health
-	return row, nil
+	return r.keep(row), nil
+}
+
+// faultLane is where a fault scenario's fault is drawn on the timeline: on
+// holder A's lane (0), or on every lane (-1) for a fault of the lock
+// service itself; and what it is called there.
+func faultLane(scenario string) (client int, kind string) {
+	switch scenario {
+	case PartitionCut:
+		return 0, "cut"
+	case PartitionBlackhole:
+		return 0, "blackhole"
+	case SessionKill:
+		return 0, "session killed"
+	case ServerStall:
+		return -1, "server sigstop"
+	default:
+		return -1, "clock jump"
+	}
 }
 
 // faultSpecs registers the fault scenarios (label "fault"). What each

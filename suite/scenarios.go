@@ -6,6 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +47,14 @@ type run struct {
 	lockers []backends.Locker
 	proxies []*faults.Proxy
 	stores  []fencing.Store
+
+	// What the run's timeline shows: its sections and its faults.
+	rec    *history.Recorder
+	mu     sync.Mutex
+	faults []report.Fault
+
+	progress     chan struct{} // closed to stop the Progress reports
+	progressDone sync.WaitGroup
 }
 
 var runSeq atomic.Int64
@@ -95,6 +107,10 @@ func (r *run) store(ctx context.Context, fenced bool) (fencing.Store, error) {
 }
 
 func (r *run) close() {
+	if r.progress != nil {
+		close(r.progress)
+		r.progressDone.Wait()
+	}
 	for _, p := range r.proxies {
 		if p != nil {
 			p.Heal()
@@ -120,6 +136,107 @@ func (r *run) close() {
 	for _, s := range r.stores {
 		_ = s.Close(ctx)
 	}
+}
+
+// started reports the scenario's progress to Config.Progress now and every
+// second until the run closes.
+func (r *run) started(scenario string, planned time.Duration) {
+	if r.cfg.Progress == nil || r.rec == nil {
+		return
+	}
+	t0 := time.Now()
+	report1 := func() {
+		p := report.Progress{Scenario: scenario, Elapsed: time.Since(t0), Planned: planned}
+		secs := r.rec.Sections()
+		in := map[int]bool{}
+		for _, o := range checker.Overlaps(secs) {
+			in[o.A], in[o.B] = true, true
+		}
+		p.Sections, p.Overlaps = len(secs), len(in)
+		for _, s := range secs {
+			if s.Outcome == history.Rejected {
+				p.Rejected++
+			}
+		}
+		r.cfg.Progress(p)
+	}
+	report1()
+	r.progress = make(chan struct{})
+	r.progressDone.Add(1)
+	go func() {
+		defer r.progressDone.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				report1()
+			case <-r.progress:
+				return
+			}
+		}
+	}()
+}
+
+// expiry is how long a stalled holder's lease takes to run out, as far as
+// the Locker says, else the stall bound.
+func expiry(cfg Config, l backends.Locker) time.Duration {
+	if e, ok := backends.ExpiryOf(l); ok {
+		return e
+	}
+	return stallTimeout(cfg, l)
+}
+
+// recorder starts the run's history.
+func (r *run) recorder() *history.Recorder {
+	r.rec = history.NewRecorder()
+	return r.rec
+}
+
+// fault records that client could not run from start to end (recorder time).
+func (r *run) fault(client int, start, end time.Duration, kind string) {
+	r.mu.Lock()
+	r.faults = append(r.faults, report.Fault{Client: client, Start: start, End: end, Kind: kind})
+	r.mu.Unlock()
+}
+
+// keep writes the run's history (a report.Timeline as JSON) and its HTML
+// timeline into Config.Artifacts, if set, and names them in the row.
+func (r *run) keep(row report.Row) report.Row {
+	dir := r.cfg.Artifacts
+	if dir == "" || r.rec == nil {
+		return row
+	}
+	r.mu.Lock()
+	t := report.Timeline{Row: row, Key: r.key, Sections: r.rec.Sections(), Faults: append([]report.Fault(nil), r.faults...)}
+	r.mu.Unlock()
+	base := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(r.key))
+	for _, f := range []struct {
+		ext   string
+		write func(io.Writer) error
+	}{{".json", t.WriteJSON}, {".html", func(w io.Writer) error { return report.WriteHTML(w, t) }}} {
+		if err := writeFile(base+f.ext, f.write); err != nil {
+			fmt.Fprintf(os.Stderr, "locksuite: keeping the run's %s: %v\n", f.ext, err)
+			continue
+		}
+		row.Artifacts = append(row.Artifacts, base+f.ext)
+	}
+	return row
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // row fills the result's identity and figures.
@@ -180,12 +297,13 @@ func runBaseline(ctx context.Context, cfg Config, runID string) (report.Row, err
 	if err != nil {
 		return report.Row{}, err
 	}
-	rec := history.NewRecorder()
+	rec := r.recorder()
+	r.started(Baseline, cfg.Duration)
 	t0 := time.Now()
 	if err := load.Run(ctx, r.lockers, s, rec, cfg.Work, cfg.Duration); err != nil {
 		return report.Row{}, err
 	}
-	return r.row(Baseline, finish(ctx, s, rec), cfg.Fenced, time.Since(t0)), nil
+	return r.keep(r.row(Baseline, finish(ctx, s, rec), cfg.Fenced, time.Since(t0))), nil
 }
 
 // alwaysGrant is the control: a "lock" that grants every Acquire at once,
@@ -216,7 +334,8 @@ func runControl(ctx context.Context, cfg Config, runID string) (report.Row, erro
 	if err != nil {
 		return report.Row{}, err
 	}
-	rec := history.NewRecorder()
+	rec := r.recorder()
+	r.started(Control, cfg.Duration)
 	t0 := time.Now()
 	work := max(cfg.Work, time.Millisecond)
 	if err := load.Run(ctx, lockers, s, rec, work, cfg.Duration); err != nil {
@@ -224,7 +343,7 @@ func runControl(ctx context.Context, cfg Config, runID string) (report.Row, erro
 	}
 	row := r.row(Control, finish(ctx, s, rec), false, time.Since(t0))
 	row.LeaseMS = 0
-	return row, nil
+	return r.keep(row), nil
 }
 
 // stallTimeout is how long a stalled holder waits for the second client.
@@ -274,7 +393,8 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 	if err != nil {
 		return report.Row{}, err
 	}
-	rec := history.NewRecorder()
+	rec := r.recorder()
+	r.started(DeterministicPause, expiry(cfg, a))
 	t0 := time.Now()
 	var (
 		wg      sync.WaitGroup
@@ -282,8 +402,9 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 		timeout = stallTimeout(cfg, a)
 	)
 	errA := load.Increment(ctx, 0, a, s, rec, 0, load.Hooks{BeforeWrite: func(ctx context.Context) {
+		frozen := rec.Now()
 		thaw := freeze()
-		defer thaw()
+		defer func() { thaw(); r.fault(0, frozen, rec.Now(), "freeze") }()
 		bctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		wg.Add(1)
@@ -323,7 +444,7 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 			res.Reason = fmt.Sprintf("the lease did not expire within the %v stall: B waited", timeout)
 		}
 	}
-	return r.row(DeterministicPause, res, cfg.Fenced, d), nil
+	return r.keep(r.row(DeterministicPause, res, cfg.Fenced, d)), nil
 }
 
 // Run runs one scenario once for cfg outside Ginkgo and returns its result,
@@ -396,16 +517,28 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 		return report.Row{}, err
 	}
 	a, b, c := r.lockers[0], r.lockers[1], r.lockers[2]
+	// The timeline: each client's hold, from Acquire returning to Release
+	// (or the scenario's end), none of them writing.
+	rec := r.recorder()
+	hold := func(id int, asked, start time.Duration) {
+		rec.Add(history.Section{Client: id, Asked: asked, Start: start, End: rec.Now(), Outcome: history.Aborted})
+	}
+	r.started(ReleaseAfterExpiry, expiry(cfg, a))
 	t0 := time.Now()
+	askedA := rec.Now()
 	la, err := a.Acquire(ctx)
 	if err != nil {
 		return report.Row{}, fmt.Errorf("holder A: %w", err)
 	}
+	startA, frozen := rec.Now(), rec.Now()
 	thaw := freeze()
 	bctx, cancel := context.WithTimeout(ctx, stallTimeout(cfg, a))
+	askedB := rec.Now()
 	lb, err := b.Acquire(bctx)
+	startB := rec.Now()
 	cancel()
 	thaw()
+	r.fault(0, frozen, rec.Now(), "freeze")
 	if err != nil {
 		_ = la.Release(ctx)
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -417,22 +550,27 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 	if err := la.Release(ctx); err != nil {
 		return report.Row{}, fmt.Errorf("holder A's late Release returned an error (it must return nil for a lease that is no longer its own): %w", err)
 	}
+	hold(0, askedA, startA)
 	lease := cfg.Lease
 	if t, ok := backends.TTLOf(a); ok {
 		lease = t
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(lease/4, 20*time.Millisecond))
+	askedC := rec.Now()
 	lc, err := c.Acquire(cctx)
 	cancel()
 	row := report.Row{Backend: cfg.Name, Scenario: ReleaseAfterExpiry, LeaseMS: lease.Milliseconds(), Verdict: report.Kept}
 	switch {
 	case err == nil:
+		startC := rec.Now()
 		_ = lc.Release(ctx)
+		hold(2, askedC, startC)
 		row.Verdict = report.Broken
 		row.Reason = "the expired holder's Release removed the next holder's lock: a third client acquired it while the second held it"
 	case !errors.Is(err, context.DeadlineExceeded):
 		return report.Row{}, fmt.Errorf("client C: %w", err)
 	}
+	hold(1, askedB, startB)
 	row.DurationMS = time.Since(t0).Milliseconds()
-	return row, nil
+	return r.keep(row), nil
 }

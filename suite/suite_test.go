@@ -2,9 +2,14 @@ package suite_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
 )
@@ -18,7 +23,13 @@ import (
 // whole suite takes a few minutes. The fault scenarios (a cut or blackholed
 // holder, a stopped server, a terminated session, a clock jump) use the
 // servers the harness started (Config.Servers): about 21 s of it.
+// Every run keeps its history and timeline (Config.Artifacts), which
+// checkArtifacts reads back.
 func TestSuite(t *testing.T) {
+	artifacts := ""
+	if _, isWorker, _ := worker.FromEnv(); !isWorker { // a worker exits without cleaning up
+		artifacts = t.TempDir()
+	}
 	env, err := local.Start(context.Background(), local.Names)
 	if err != nil {
 		t.Fatal(err)
@@ -37,8 +48,72 @@ func TestSuite(t *testing.T) {
 			cfg.ExpectLoss = !fenced
 			cfg.Chaos.Pauses = 3
 			cfg.Chaos.Duration = 3 * time.Second
+			cfg.Artifacts = artifacts
+			cfg.Report = func(r report.Row) { checkArtifacts(t, r) }
 			cfgs = append(cfgs, cfg)
 		}
 	}
 	suite.Test(t, cfgs...)
+}
+
+// checkArtifacts: a run that was not skipped left its history (a
+// report.Timeline as JSON) and its HTML timeline, with its sections and the
+// faults it injected: a proxy freeze of client 0 in the pause scenarios,
+// the one fault of a fault or failover scenario, one fault per pause or
+// process stall of a chaos run.
+func checkArtifacts(t *testing.T, r report.Row) {
+	if r.Verdict == report.Skipped {
+		return
+	}
+	id := r.Backend + " " + r.Scenario
+	if len(r.Artifacts) != 2 {
+		t.Errorf("%s: artifacts %v, want a history and a timeline", id, r.Artifacts)
+		return
+	}
+	var tl report.Timeline
+	for _, f := range r.Artifacts {
+		b, err := os.ReadFile(f)
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v", id, err)
+		case strings.HasSuffix(f, ".json"):
+			if err := json.Unmarshal(b, &tl); err != nil {
+				t.Errorf("%s: %s: %v", id, f, err)
+			}
+		case !strings.Contains(string(b), `<svg id="timeline"`):
+			t.Errorf("%s: %s is not a timeline", id, f)
+		}
+	}
+	if tl.Row.Scenario != r.Scenario || tl.Row.Verdict != r.Verdict || len(tl.Sections) == 0 {
+		t.Errorf("%s: history of %s (%s) with %d sections", id, tl.Row.Scenario, tl.Row.Verdict, len(tl.Sections))
+	}
+	kinds := map[string]int{}
+	for _, f := range tl.Faults {
+		kinds[f.Kind]++
+		if f.End < f.Start {
+			t.Errorf("%s: fault %+v ends before it starts", id, f)
+		}
+	}
+	switch r.Scenario {
+	case suite.DeterministicPause, suite.ReleaseAfterExpiry:
+		if kinds["freeze"] != 1 || len(tl.Faults) != 1 || tl.Faults[0].Client != 0 {
+			t.Errorf("%s: faults %+v, want one freeze of client 0", id, tl.Faults)
+		}
+	case suite.Baseline, suite.Control:
+		if len(tl.Faults) != 0 {
+			t.Errorf("%s: faults %+v in a run without faults", id, tl.Faults)
+		}
+	case suite.Failover, suite.FailoverLoad:
+		if kinds["leader killed"] != 1 || len(tl.Faults) != 1 || tl.Faults[0].Client != -1 {
+			t.Errorf("%s: faults %+v, want the leader's kill, on every lane", id, tl.Faults)
+		}
+	case suite.PartitionCut, suite.PartitionBlackhole, suite.SessionKill, suite.ServerStall, suite.ClockJump:
+		if len(tl.Faults) != 1 || r.Faults != 1 {
+			t.Errorf("%s: faults %+v (row: %d), want the one fault", id, tl.Faults, r.Faults)
+		}
+	default: // chaos: the row counts the pauses and process stalls
+		if got := kinds["sigstop"] + kinds["stall"]; got != r.Faults {
+			t.Errorf("%s: %d sigstop and stall faults in the history, the row says %d", id, got, r.Faults)
+		}
+	}
 }

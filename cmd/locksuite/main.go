@@ -32,14 +32,28 @@ import (
 )
 
 const usage = `locksuite tells whether a distributed lock keeps the data it protects safe
-when its holder pauses past its lease.
+when its holder pauses past its lease: it stalls lock holders on purpose against
+real Redis, etcd, Consul and Postgres servers and checks that every acknowledged
+write is in the protected counter exactly once.
 
 Usage:
   locksuite run [flags]     run the suite and print a result table
   locksuite sweep [flags]   lost updates over leases × pause lengths for one backend
   locksuite help            show this text
 
-Run 'locksuite run --help' or 'locksuite sweep --help' for their flags.
+Run 'locksuite run --help' or 'locksuite sweep --help' for their flags and
+defaults. By default, run runs every backend it can start or reach (consul,
+etcd, postgres, redis), every scenario, with fencing off and on; it starts its
+own servers on free loopback ports unless REDIS_URL, DATABASE_URL/PG*,
+ETCDCTL_ENDPOINTS or CONSUL_HTTP_ADDR name yours, and keeps the histories,
+timelines and servers' logs of broken runs in a directory it names.
+
+Examples:
+  locksuite run --backends etcd         every scenario on the embedded etcd (about 2 minutes)
+  locksuite run --scenarios deterministic-pause --repeat 20 --markdown r.md
+  locksuite sweep --backend redis
+
+Install: go install github.com/locksuite/locksuite/cmd/locksuite@latest
 
 Exit status: 0 when every fenced configuration kept the counter invariant, every
 baseline kept it and every control was caught; 1 when one did not (a finding);
@@ -112,6 +126,9 @@ type options struct {
 	log       string
 
 	artifacts     string
+	keepBroken    string
+	progress      string
+	set           [][2]string // the flags given, as name and value, in order
 	store         string
 	interval      time.Duration
 	stallEvery    int
@@ -172,14 +189,15 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from REDIS_URL, DATABASE_URL/PG*, ETCDCTL_ENDPOINTS, CONSUL_HTTP_ADDR, LOCKSUITE_REDIS_NODES; clusters, started here when named (not by all): `+strings.Join(local.Clusters, ","))
 	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ",")+"; network and server faults: "+strings.Join(suite.FaultScenarios, ",")+"; on clusters: "+strings.Join(suite.FailoverScenarios, ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
-	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`")
-	fs.StringVar(&o.markdown, "markdown", "", "also write the rows as a Markdown table to `FILE` (for a pull-request comment)")
-	fs.StringVar(&o.junit, "junit", "", "also write Ginkgo's JUnit XML report to `FILE`")
+	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE` (default: not written)")
+	fs.StringVar(&o.markdown, "markdown", "", "also write the rows as a Markdown table to `FILE`, for a pull-request comment (default: not written)")
+	fs.StringVar(&o.junit, "junit", "", "also write Ginkgo's JUnit XML report to `FILE` (default: not written)")
 	fs.IntVar(&o.repeat, "repeat", 1, "run each scenario `N` times and summarize the verdicts")
 	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "how long the baseline and the control run")
 	fs.IntVar(&o.clients, "clients", 3, "concurrent clients in the baseline and the control")
-	fs.StringVar(&o.artifacts, "artifacts", "", "keep each chaos run's history (sections, pauses, seed) as JSON in `DIR`")
+	fs.StringVar(&o.artifacts, "artifacts", "", "keep every run's history (JSON) and HTML timeline in `DIR`, with the servers' logs and how to reproduce each run (reproduce.txt) (default: none; broken runs are kept anyway, see --keep-broken)")
+	fs.StringVar(&o.keepBroken, "keep-broken", "auto", "when a run comes out broken or unknown, keep its history, timeline, the servers' logs, its seed and the command to reproduce it in `DIR`: auto is a new directory under $TMPDIR, named on stderr; off keeps nothing")
 	fs.StringVar(&o.store, "store", "", "counter store: postgres (the guide's) or etcd (default: postgres when it is among the backends, else the embedded etcd)")
 	fs.DurationVar(&o.interval, "interval", 0, "time between chaos pauses (default 500ms)")
 	fs.IntVar(&o.stallEvery, "stall-every", 0, "every Nth critical section stalls in the stall scenarios (default 10)")
@@ -189,6 +207,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.pauses, "pauses", 0, "process pauses per pause scenario (default per backend: 4; etcd 3)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the fault schedule (default random; every row prints its seed)")
 	fs.DurationVar(&o.chaosDuration, "chaos-duration", 0, "how long chaos workers run (default per backend: 5s; consul 6s; etcd 8s; at least the pauses' schedule)")
+	fs.StringVar(&o.progress, "progress", "auto", "progress on stderr (the scenario, its elapsed and planned time, violations so far): auto rewrites one line on a terminal and prints a line every 5s otherwise; a `DURATION` prints a line that often; off")
 	fs.StringVar(&o.log, "log", "", "write the Ginkgo spec log to `FILE` (default: a temporary file, named at the end)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: locksuite run [flags]
@@ -199,6 +218,7 @@ overlaps, rejected and the verdict (kept, broken, or skipped with the reason).
 
 Example:
   locksuite run --backends etcd --scenarios deterministic-pause --json r.json
+  locksuite run --backends redis --scenarios pause-targeted --fencing off --seed 42
 
 Flags:
 `)
@@ -212,6 +232,15 @@ Flags:
 	}
 	if fs.NArg() > 0 {
 		return o, &usageError{fmt.Sprintf("unexpected argument %q: flags only (see locksuite run --help)", fs.Arg(0))}
+	}
+	fs.Visit(func(f *flag.Flag) { o.set = append(o.set, [2]string{f.Name, f.Value.String()}) })
+	if o.progress != "auto" && o.progress != "off" {
+		if d, err := time.ParseDuration(o.progress); err != nil || d <= 0 {
+			return o, &usageError{fmt.Sprintf("--progress %q: choose auto, off or a positive duration such as 5s", o.progress)}
+		}
+	}
+	if o.keepBroken == "" {
+		return o, &usageError{"--keep-broken is empty: give a directory, auto (a new one under $TMPDIR) or off"}
 	}
 	var err error
 	if o.backends, err = parseBackends(*backends); err != nil {
@@ -277,8 +306,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer env.Close()
 	fmt.Fprintf(stderr, "locksuite: servers ready in %v; counter store: %s\n", time.Since(t0).Round(time.Millisecond), env.Store)
 
+	art, err := newArtifacts(o)
+	if err != nil {
+		return err
+	}
+	defer art.abandon()
 	var rows []report.Row
-	collect := func(r report.Row) { rows = append(rows, r) }
+	var prog *progress
+	collect := func(r report.Row) {
+		rows = append(rows, r)
+		if prog != nil {
+			prog.end(r)
+		}
+	}
 	ran := 0
 	for _, n := range o.backends {
 		if err := env.Unavailable[n]; err != nil {
@@ -296,7 +336,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 				cfg.Lease = o.lease
 			}
 			cfg.Duration, cfg.Clients = o.duration, o.clients
-			cfg.Artifacts = o.artifacts
+			cfg.Artifacts = art.dir
 			if o.workers > 0 {
 				cfg.Chaos.Workers = o.workers
 			}
@@ -323,6 +363,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 			// update: the spec asserts that, and the table shows it.
 			cfg.ExpectLoss = !f
 			cfg.Report = collect
+			name := fmt.Sprintf("%s fencing=%s", n, onOff(f))
+			cfg.Progress = func(p report.Progress) {
+				if prog != nil {
+					prog.update(name, p)
+				}
+			}
 			for range o.repeat {
 				c := cfg
 				suite.GinkgoTest(&c)
@@ -341,10 +387,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 		// installed yet, so stop here (the deferred Close ends the servers).
 		return fmt.Errorf("interrupted")
 	}
-	if err := runSpecs(o); err != nil {
+	if o.progress != "off" {
+		every, _ := time.ParseDuration(o.progress)
+		if o.progress == "auto" {
+			every = 5 * time.Second
+		}
+		total := ran * len(o.scenarios) * o.repeat
+		prog = newProgress(stderr, o.progress == "auto" && isTerminal(stderr), every, total)
+	}
+	specLog, err := runSpecs(o)
+	if prog != nil {
+		prog.close()
+	}
+	if err != nil {
 		return err
 	}
 	report.Sort(rows)
+	art.finish(rows, env, specLog, stderr, ctx.Err() != nil)
 	if o.repeat > 1 {
 		report.WriteSummary(stdout, rows)
 	} else {
@@ -407,7 +466,7 @@ func (t *tb) Fail() { t.failed = true }
 
 // runSpecs runs the registered specs with Ginkgo's own output going to a log
 // file, so that stdout carries only the table.
-func runSpecs(o options) error {
+func runSpecs(o options) (string, error) {
 	logPath := o.log
 	var lf *os.File
 	var err error
@@ -417,15 +476,15 @@ func runSpecs(o options) error {
 		lf, err = os.Create(logPath)
 	}
 	if err != nil {
-		return fmt.Errorf("spec log: %w", err)
+		return "", fmt.Errorf("spec log: %w", err)
 	}
 	defer lf.Close()
 	saved, err := syscall.Dup(1)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := syscall.Dup2(int(lf.Fd()), 1); err != nil {
-		return err
+		return "", err
 	}
 	sc, rc := ginkgo.GinkgoConfiguration()
 	var labels []string
@@ -447,5 +506,5 @@ func runSpecs(o options) error {
 	} else {
 		fmt.Fprintf(os.Stderr, "locksuite: spec log: %s\n", lf.Name())
 	}
-	return nil
+	return lf.Name(), nil
 }

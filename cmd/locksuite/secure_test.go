@@ -223,8 +223,13 @@ func TestTLSAndAuth(t *testing.T) {
 			t.Errorf("%s: %d rows, want 6 (3 scenarios × fencing off, on)", n, seen[n])
 		}
 	}
-	if a, _ := filepath.Glob(filepath.Join(arts, "*.json")); len(a) != 8 {
-		t.Errorf("%d chaos histories in --artifacts, want 8", len(a))
+	// Every run keeps its history and its timeline: 3 scenarios × fencing
+	// off, on × 4 backends.
+	if a, _ := filepath.Glob(filepath.Join(arts, "*.json")); len(a) != 24 {
+		t.Errorf("%d histories in --artifacts, want 24", len(a))
+	}
+	if a, _ := filepath.Glob(filepath.Join(arts, "*.html")); len(a) != 24 {
+		t.Errorf("%d timelines in --artifacts, want 24", len(a))
 	}
 
 	secrets := s.secrets(t)

@@ -47,7 +47,7 @@ func sweep(args []string, stdout, stderr io.Writer) error {
 	leasesF := fs.String("leases", "", "comma-separated leases (default redis, postgres, consul 200ms,500ms,1s,2s; etcd 1s,2s,3s,5s)")
 	pausesF := fs.String("pauses", "", "comma-separated pause lengths (default 300ms,800ms,1.5s; etcd 1s,2s,4s)")
 	count := fs.Int("count", 3, "pauses injected per cell")
-	fenced := fs.Bool("fencing", false, "run the cells with fencing on")
+	fenced := fs.Bool("fencing", false, "run the cells with fencing on (default off)")
 	seed := fs.Uint64("seed", 1, "seed of the fault schedules")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: locksuite sweep [flags]

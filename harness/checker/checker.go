@@ -17,6 +17,8 @@ package checker
 
 import (
 	"fmt"
+	"sort"
+	"time"
 
 	"github.com/locksuite/locksuite/harness/history"
 )
@@ -57,12 +59,10 @@ type Result struct {
 // is Kept if the counter is between Writes and Writes + Failed.
 func Check(secs []history.Section, counter int64) Result {
 	r := Result{Counter: counter}
-	var accepted []history.Section
 	for _, s := range secs {
 		switch s.Outcome {
 		case history.Accepted:
 			r.Writes++
-			accepted = append(accepted, s)
 		case history.Rejected:
 			r.Rejected++
 		case history.Failed:
@@ -71,7 +71,7 @@ func Check(secs []history.Section, counter int64) Result {
 	}
 	r.Replayed = replays(secs)
 	r.Lost = int64(r.Writes) - counter
-	r.Overlaps = overlaps(accepted)
+	r.Overlaps = overlaps(secs)
 	r.Verdict = Kept
 	switch {
 	case counter < int64(r.Writes):
@@ -90,31 +90,46 @@ func Check(secs []history.Section, counter int64) Result {
 	return r
 }
 
-// overlaps counts sections (sorted or not) whose [Start, End] intersects
-// another's. Sweep in start order, remembering the section that ends last.
+// Overlap is a pair of accepted sections whose spans intersect: A and B
+// index the sections given to Overlaps (A's started first, or at the same
+// time), and [Start, End) is the time both held what each took for the lock.
+type Overlap struct {
+	A, B       int
+	Start, End time.Duration
+}
+
+// Overlaps lists every pair of accepted sections whose [Start, End) spans
+// intersect, ordered by A's start. Sections of other outcomes are ignored;
+// Result.Overlaps is the number of sections that are in at least one pair.
+func Overlaps(secs []history.Section) []Overlap {
+	var idx []int
+	for i, s := range secs {
+		if s.Outcome == history.Accepted {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(i, j int) bool { return secs[idx[i]].Start < secs[idx[j]].Start })
+	var out []Overlap
+	for i, a := range idx {
+		for _, b := range idx[i+1:] {
+			if secs[b].Start >= secs[a].End {
+				break
+			}
+			if secs[a].Start < secs[b].End {
+				out = append(out, Overlap{A: a, B: b, Start: secs[b].Start, End: min(secs[a].End, secs[b].End)})
+			}
+		}
+	}
+	return out
+}
+
+// overlaps counts sections that overlap another.
 func overlaps(secs []history.Section) int {
-	if len(secs) < 2 {
-		return 0
+	in := map[int]bool{}
+	for _, o := range Overlaps(secs) {
+		in[o.A], in[o.B] = true, true
 	}
-	s := append([]history.Section(nil), secs...)
-	sortByStart(s)
-	marked := make([]bool, len(s))
-	last := 0 // index of the section with the latest End so far
-	for i := 1; i < len(s); i++ {
-		if s[i].Start < s[last].End {
-			marked[i], marked[last] = true, true
-		}
-		if s[i].End > s[last].End {
-			last = i
-		}
-	}
-	n := 0
-	for _, m := range marked {
-		if m {
-			n++
-		}
-	}
-	return n
+	return len(in)
 }
 
 // replays counts, per client, sections after a Rejected one that did not

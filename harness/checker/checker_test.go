@@ -70,5 +70,23 @@ func TestOverlapsMatchesBruteForce(t *testing.T) {
 		if got := overlaps(secs); got != want {
 			t.Fatalf("overlaps(%v) = %d, brute force %d", secs, got, want)
 		}
+		pairs := 0
+		for i := range secs {
+			for j := i + 1; j < len(secs); j++ {
+				if secs[i].Start < secs[j].End && secs[j].Start < secs[i].End {
+					pairs++
+				}
+			}
+		}
+		ps := Overlaps(secs)
+		if len(ps) != pairs {
+			t.Fatalf("Overlaps(%v) has %d pairs, brute force %d", secs, len(ps), pairs)
+		}
+		for _, p := range ps {
+			a, b := secs[p.A], secs[p.B]
+			if p.Start != max(a.Start, b.Start) || p.End != min(a.End, b.End) || p.Start >= p.End {
+				t.Fatalf("pair %+v of %v, %v: wrong intersection", p, a, b)
+			}
+		}
 	}
 }

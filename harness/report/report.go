@@ -1,5 +1,6 @@
 // Package report turns results into what people read: one Row per backend,
-// fencing mode and scenario, printed as a table or written as JSON.
+// fencing mode and scenario, printed as a table or written as JSON,
+// Markdown, or, with the run's history, as an HTML timeline.
 package report
 
 import (
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Verdicts a Row can carry: the checker's three, and skipped.
@@ -53,6 +55,21 @@ type Row struct {
 	// "kept", or "broken" for a control or an unfenced run documenting that
 	// a lease alone is unsafe. Empty for skipped rows.
 	Expected string `json:"expected,omitempty"`
+	// Artifacts are the files this run left in suite.Config.Artifacts: its
+	// history (a Timeline as JSON) and its HTML timeline.
+	Artifacts []string `json:"artifacts,omitempty"`
+}
+
+// Progress is what a scenario run knows while it runs, for a progress
+// display: how long it has run and plans to, and what its history shows so
+// far. Lost updates are known only at the end, from the final counter.
+type Progress struct {
+	Scenario string
+	Elapsed  time.Duration
+	Planned  time.Duration
+	Sections int // critical sections recorded so far
+	Overlaps int // accepted sections overlapping another accepted one, so far
+	Rejected int // sections the fenced store refused, so far
 }
 
 // Sort orders rows by backend, fencing (off first), then scenario.

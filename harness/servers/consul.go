@@ -62,7 +62,11 @@ func (s *Consul) Name() string { return "consul" }
 
 // Endpoint is the HTTP (or, WithTLS, HTTPS) API's host:port.
 func (s *Consul) Endpoint() string { return s.addr }
-func (s *Consul) Pid() int         { return s.p.Pid() }
+
+// Log is the server's log file, in the directory Stop removes: copy it
+// before Stop to keep it.
+func (s *Consul) Log() string { return s.p.log }
+func (s *Consul) Pid() int    { return s.p.Pid() }
 
 // Secrets are the initial management token (WithAuth) and the test CA
 // (WithTLS).

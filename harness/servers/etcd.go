@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ func (s *Etcd) URL() string {
 // Secrets are the root user's password (WithAuth), the test CA and a client
 // certificate (WithTLS).
 func (s *Etcd) Secrets() Secrets { return s.secrets }
+
+// Log is the server's log file, in the directory Stop removes: copy it
+// before Stop to keep it.
+func (s *Etcd) Log() string { return filepath.Join(s.dir, "etcd.log") }
 
 // StartEtcd embeds a single-member etcd server (go.etcd.io/etcd/server/v3
 // embed) on free loopback ports, with a 100 ms heartbeat and a 500 ms election

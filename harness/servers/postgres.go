@@ -31,7 +31,11 @@ func (s *Postgres) Name() string { return "postgres" }
 // Endpoint is a postgres:// URL without the password (see URL and
 // Secrets).
 func (s *Postgres) Endpoint() string { return s.dsn }
-func (s *Postgres) Pid() int         { return s.p.Pid() }
+
+// Log is the server's log file, in the directory Stop removes: copy it
+// before Stop to keep it.
+func (s *Postgres) Log() string { return s.p.log }
+func (s *Postgres) Pid() int    { return s.p.Pid() }
 
 // Secrets are the role's password (WithAuth) and the test CA (WithTLS).
 func (s *Postgres) Secrets() Secrets { return s.secrets }

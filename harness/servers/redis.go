@@ -28,7 +28,11 @@ func (r *Redis) Name() string { return "redis" }
 
 // Endpoint is host:port. It carries no credentials: see Secrets.
 func (r *Redis) Endpoint() string { return r.addr }
-func (r *Redis) Pid() int         { return r.p.Pid() }
+
+// Log is the server's log file, in the directory Stop removes: copy it
+// before Stop to keep it.
+func (r *Redis) Log() string { return r.p.log }
+func (r *Redis) Pid() int    { return r.p.Pid() }
 
 // Clock is the server's wall clock, which the clock-jump scenario moves; nil
 // when libfaketime is not installed (ci/setup.sh installs it).

@@ -31,6 +31,12 @@ type Server interface {
 	Stop() error
 }
 
+// Logger is implemented by the servers this package starts: Log is the
+// path of the server's log file, which Stop removes.
+type Logger interface {
+	Log() string
+}
+
 // Unavailable is the error for a server that could not be started or
 // reached: it names the backend, what went wrong and how to fix it.
 type Unavailable struct {

@@ -78,7 +78,7 @@ func FromEnv() (Spec, bool, error) {
 
 // Event is one line a worker reports.
 type Event struct {
-	Kind     string           `json:"kind"` // ready, read (holds the lock and has read), released, section, stall, done, error
+	Kind     string           `json:"kind"` // ready, read (holds the lock and has read), released, section, stall, sleep (a goroutine stall starts), done, error
 	Client   int              `json:"client"`
 	T        time.Duration    `json:"t"` // since Base
 	Section  *history.Section `json:"section,omitempty"`
@@ -129,6 +129,7 @@ func Serve(spec Spec, l backends.Locker, s fencing.Store) error {
 			}
 			switch spec.StallMode {
 			case StallGoroutine:
+				emit(Event{Kind: "sleep", T: rec.Now()})
 				time.Sleep(spec.Stall)
 			default:
 				emit(Event{Kind: "stall", T: rec.Now()})

@@ -2,6 +2,8 @@ package local
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,9 +81,20 @@ func TestClusterFailover(t *testing.T) {
 					cfg.Lease = time.Second
 				}
 			}
+			cfg.Artifacts = t.TempDir()
 			row, err := suite.Run(ctx, cfg, tc.scenario)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The run's history has its sections and, for a failover, the
+			// leader's kill as a fault of the whole service.
+			var tl report.Timeline
+			if len(row.Artifacts) != 2 {
+				t.Errorf("artifacts %v, want a history and a timeline", row.Artifacts)
+			} else if b, err := os.ReadFile(row.Artifacts[0]); err != nil || json.Unmarshal(b, &tl) != nil || len(tl.Sections) < 2 {
+				t.Errorf("history %s: %v, %d sections", row.Artifacts[0], err, len(tl.Sections))
+			} else if tc.scenario == suite.Failover && (len(tl.Faults) != 1 || tl.Faults[0].Kind != "leader killed" || tl.Faults[0].Client != -1) {
+				t.Errorf("history faults %+v, want the leader's kill", tl.Faults)
 			}
 			t.Logf("%s: %d writes, counter %d, %d rejected; %s; %s (%d ms)", row.Verdict, row.Writes, row.Counter, row.Rejected, row.Reason, row.Schedule, row.DurationMS)
 			if row.Verdict != tc.want {

@@ -28,6 +28,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -519,6 +520,29 @@ func (e *Env) Environ() []string {
 		}
 	}
 	return out
+}
+
+// CopyLogs copies the log of every server Start started into dir, as
+// <backend>.log, and returns the paths it wrote. Servers the user named have
+// no log here. Call it before Close, which removes the logs.
+func (e *Env) CopyLogs(dir string) ([]string, error) {
+	var out []string
+	for _, s := range e.servers {
+		l, ok := s.(servers.Logger)
+		if !ok {
+			continue
+		}
+		b, err := os.ReadFile(l.Log())
+		if err != nil {
+			return out, fmt.Errorf("local: %s's log: %w", s.Name(), err)
+		}
+		p := filepath.Join(dir, s.Name()+".log")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return out, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // Close stops the servers Start started and closes its connections.

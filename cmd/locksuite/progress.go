@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/locksuite/locksuite/harness/report"
+)
+
+// progress shows on stderr what a run is doing while its specs run: the
+// scenario, its elapsed and planned time, and the violations so far. On a
+// terminal it rewrites one line in place; otherwise it prints a plain line
+// every `every`. Lost updates are known when a run ends; while it runs, its
+// overlapping critical sections show the lock failing.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	every time.Duration
+	total int // scenario runs planned
+
+	mu       sync.Mutex
+	began    time.Time // the whole run
+	done     int
+	broken   int
+	lost     int64
+	findings int
+	cur      string // backend, fencing and scenario running, or ""
+	curStart time.Time
+	planned  time.Duration
+	sections int // of the running scenario, so far
+	overlaps int
+	width    int // of the line on the terminal
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// newProgress starts a progress display on w for total scenario runs: in
+// place, updated every 250ms, if tty; else a line every `every`.
+func newProgress(w io.Writer, tty bool, every time.Duration, total int) *progress {
+	p := &progress{w: w, tty: tty, every: every, total: total, began: time.Now(), stop: make(chan struct{})}
+	if tty {
+		p.every = 250 * time.Millisecond
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(p.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				p.print()
+			case <-p.stop:
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// update takes a scenario run's progress; name is its backend and fencing
+// mode.
+func (p *progress) update(name string, r report.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur := name + " " + r.Scenario
+	if cur != p.cur {
+		p.cur, p.curStart = cur, time.Now().Add(-r.Elapsed)
+	}
+	p.planned, p.sections, p.overlaps = r.Planned, r.Sections, r.Overlaps
+}
+
+// end counts a result.
+func (p *progress) end(r report.Row) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done++
+	if r.Verdict == report.Broken {
+		p.broken++
+		p.lost += max(r.Lost, 0)
+	}
+	p.findings += len(findings([]report.Row{r}))
+	p.cur = ""
+}
+
+func (p *progress) line() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "locksuite: [%d/%d] ", min(p.done+1, p.total), p.total)
+	if p.cur != "" {
+		fmt.Fprintf(&b, "%s %v of %v, %d sections, %d overlapping", p.cur, time.Since(p.curStart).Round(100*time.Millisecond),
+			p.planned.Round(100*time.Millisecond), p.sections, p.overlaps)
+	} else {
+		b.WriteString("starting")
+	}
+	fmt.Fprintf(&b, "; %v in all; violations so far: %d broken runs, %d lost updates, %d unexpected",
+		time.Since(p.began).Round(time.Second), p.broken, p.lost, p.findings)
+	return b.String()
+}
+
+func (p *progress) print() {
+	l := p.line()
+	if !p.tty {
+		fmt.Fprintln(p.w, l)
+		return
+	}
+	// One line, rewritten in place; padded over a longer previous one.
+	pad := max(p.width-len(l), 0)
+	p.width = len(l)
+	fmt.Fprintf(p.w, "\r%s%s", l, strings.Repeat(" ", pad))
+}
+
+// close stops the display and, on a terminal, clears its line.
+func (p *progress) close() {
+	close(p.stop)
+	p.wg.Wait()
+	if p.tty && p.width > 0 {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.width))
+	}
+}
