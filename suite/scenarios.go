@@ -250,7 +250,7 @@ func (r *run) row(scenario string, res checker.Result, fenced bool, d time.Durat
 	return report.Row{
 		Backend: r.cfg.Name, Fencing: fenced, Scenario: scenario,
 		Writes: res.Writes, Counter: res.Counter, Lost: res.Lost, Overlaps: res.Overlaps, Rejected: res.Rejected,
-		Verdict: res.Verdict.String(), Reason: res.Reason, LeaseMS: lease.Milliseconds(), DurationMS: d.Milliseconds(),
+		Verdict: res.Verdict.String(), Reason: res.Reason, Linearizable: string(res.Linearizable), LeaseMS: lease.Milliseconds(), DurationMS: d.Milliseconds(),
 	}
 }
 
@@ -270,13 +270,14 @@ func requireFence(ctx context.Context, cfg Config, l backends.Locker) error {
 	return nil
 }
 
-// finish reads the final counter and judges the history.
+// finish reads the final counter and judges the history with both
+// checkers (checker.Judge): the counter check, and linearizability.
 func finish(ctx context.Context, s fencing.Store, rec *history.Recorder) checker.Result {
 	counter, err := s.Value(ctx)
 	if err != nil {
 		return checker.Result{Verdict: checker.Unknown, Reason: fmt.Sprintf("reading the final counter: %v", err)}
 	}
-	res := checker.Check(rec.Sections(), counter)
+	res := checker.Judge(rec.Sections(), counter, checker.DefaultLinearizeTimeout)
 	res.Rejected = int(s.Rejected())
 	return res
 }

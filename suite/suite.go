@@ -97,6 +97,7 @@ func GinkgoTest(cfg *Config) {
 			Expect(row.Writes).To(BeNumerically(">", 0), "no client wrote anything in %v", c.Duration)
 			Expect(row.Verdict).To(Equal(report.Kept), "with no faults: %s", row.Reason)
 			Expect(row.Overlaps).To(BeZero(), "with no faults, %d acknowledged critical sections overlapped another: the lock was not exclusive, or the harness measures itself", row.Overlaps)
+			Expect(row.Linearizable).To(Equal("ok"), "with no faults, the history must be linearizable")
 		}, SpecTimeout(specTimeout))
 
 		It("catches a lock that grants to everyone (the harness's own control)", Label(Control), func(ctx SpecContext) {
@@ -106,6 +107,7 @@ func GinkgoTest(cfg *Config) {
 			publish(c, row)
 			Expect(row.Verdict).To(Equal(report.Broken),
 				"a lock that always grants came out %s (%d writes, counter %d): the harness cannot see lost updates", row.Verdict, row.Writes, row.Counter)
+			Expect(row.Linearizable).To(Equal("illegal"), "the linearizability check did not catch a lock that always grants")
 		}, SpecTimeout(specTimeout))
 
 		It("does not lose an update when a holder stalls past its lease", Label(DeterministicPause), func(ctx SpecContext) {

@@ -13,6 +13,10 @@
 // section that overlaps the next holder's although nothing went wrong. With
 // no faults at all it must be 0 (the suite's baseline asserts that).
 // A rejected (stale) section is not counted: the store refused it.
+//
+// Judge adds a second, independent check of the same history:
+// linearizability against a register model (Linearizable), and reports a
+// disagreement between the two as such.
 package checker
 
 import (
@@ -52,6 +56,9 @@ type Result struct {
 	Replayed int
 	Verdict  Verdict
 	Reason   string // why Broken or Unknown; empty when Kept
+	// Linearizable is the second checker's answer (see Judge); empty when
+	// only Check ran.
+	Linearizable Linearity
 }
 
 // Check judges sections against the final counter of a counter that started

@@ -36,6 +36,12 @@ type Row struct {
 	LeaseMS    int64  `json:"lease_ms"`
 	DurationMS int64  `json:"duration_ms"`
 	Reason     string `json:"reason"`
+	// Linearizable is the second checker's answer on the run's history:
+	// "ok", "illegal" or "unknown" (the search timed out); empty when the
+	// scenario records no history (release-after-expiry, skipped rows). A
+	// disagreement with the counter check makes the verdict unknown, with a
+	// reason starting "checkers disagree".
+	Linearizable string `json:"linearizable,omitempty"`
 	// Chaos runs only: the seed of the fault schedule (the same seed gives
 	// the same schedule), the faults injected, their length, the pauses as
 	// they happened, and availability: accepted writes per second and the
