@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // Postgres is a throwaway PostgreSQL cluster started by StartPostgres.
@@ -117,9 +120,15 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	cmd := exec.CommandContext(ctx, initdb, initArgs...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
 	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = spawn.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fail(fmt.Errorf("initdb: %v: %s", err, out), "check that "+initdb+" works")
+		return nil, fail(fmt.Errorf("initdb: %v: %s", err, out.String()), "check that "+initdb+" works")
 	}
 	port, err := FreePort()
 	if err != nil {

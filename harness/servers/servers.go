@@ -1,7 +1,9 @@
 // Package servers starts the real lock and storage servers the suite runs
 // against, each on free loopback ports in a temporary directory, and stops
 // them, removing their data, on Stop. Child processes get a parent-death
-// signal, so they do not outlive a killed coordinator.
+// signal, so they do not outlive a killed coordinator; they are all forked
+// from one OS thread that lives as long as the process (harness/internal/spawn),
+// because the signal fires when the forking thread exits.
 //
 // Or, instead of starting one, the suite connects to a server the user names
 // (see Env); such servers are never stopped or cleaned by this package.
@@ -17,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // Server is a running server.
@@ -112,7 +116,8 @@ func startProcEnv(name, dir string, cred *syscall.Credential, env []string, argv
 		cmd.Env = append(os.Environ(), env...)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
-	if err := cmd.Start(); err != nil {
+	// From the spawning thread: Pdeathsig fires when that thread exits.
+	if err := spawn.Start(cmd); err != nil {
 		return nil, err
 	}
 	p := &proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}

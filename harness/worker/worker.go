@@ -29,6 +29,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/history"
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 	"github.com/locksuite/locksuite/harness/load"
 )
 
@@ -194,7 +195,7 @@ func Start(spec Spec, argv, env []string, logPath string) (*Proc, error) {
 	// Its own process group (a signal to the group reaches any helper it
 	// forks) and death with the coordinator.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd); err != nil { // from the spawning thread: see harness/internal/spawn
 		evR.Close()
 		evW.Close()
 		ackR.Close()
