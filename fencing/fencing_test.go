@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -100,5 +101,77 @@ func TestStores(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestPostgresRefusesForeignTable: NewPostgres uses only a counter table it
+// created (marked with TableMark); a table of the same name made by someone
+// else is refused with an error naming it and the fix, and left as it was.
+// Concurrent openers of a new table (the workers of one run) all succeed.
+func TestPostgresRefusesForeignTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server")
+	}
+	ctx := context.Background()
+	pg, err := servers.StartPostgres(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Stop()
+	pool, err := pgxpool.New(ctx, pg.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Someone else's tables: one with the suite's default name, one with a
+	// comment of its own.
+	must2 := func(_ any, err error) { t.Helper(); must(err) }
+	must2(pool.Exec(ctx, `CREATE TABLE locksuite_counter (name text PRIMARY KEY, value bigint NOT NULL, fence bigint NOT NULL)`))
+	must2(pool.Exec(ctx, `INSERT INTO locksuite_counter VALUES ('theirs', 41, 0)`))
+	must2(pool.Exec(ctx, `CREATE TABLE billing (name text PRIMARY KEY, value bigint NOT NULL, fence bigint NOT NULL)`))
+	must2(pool.Exec(ctx, `COMMENT ON TABLE billing IS 'invoices, do not touch'`))
+	for _, table := range []string{"", "billing"} {
+		_, err := fencing.NewPostgres(ctx, pool, table, "locksuite/test/x", false)
+		name := table
+		if name == "" {
+			name = fencing.DefaultTable
+		}
+		if err == nil || !strings.Contains(err.Error(), "table "+name+" exists but was not created by locksuite") || !strings.Contains(err.Error(), "pass another table name") {
+			t.Errorf("table %q: err %v, want a refusal naming the table and the fix", name, err)
+		}
+	}
+	var rows int
+	var comment *string
+	must(pool.QueryRow(ctx, `SELECT count(*) FROM locksuite_counter`).Scan(&rows))
+	must(pool.QueryRow(ctx, `SELECT obj_description('billing'::regclass, 'pg_class')`).Scan(&comment))
+	if rows != 1 || comment == nil || *comment != "invoices, do not touch" {
+		t.Errorf("the foreign tables changed: %d rows in locksuite_counter, billing's comment %v", rows, comment)
+	}
+
+	// A new table: created and marked once, however many open it at once.
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			s, err := fencing.NewPostgres(ctx, pool, "locksuite_fresh", fmt.Sprintf("locksuite/test/%d", i), true)
+			if err == nil {
+				err = s.Write(ctx, 1, 1)
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent open of a new table: %v", err)
+		}
+	}
+	must(pool.QueryRow(ctx, `SELECT obj_description('locksuite_fresh'::regclass, 'pg_class')`).Scan(&comment))
+	if comment == nil || *comment != fencing.TableMark {
+		t.Errorf("the created table's comment is %v, want the mark %q", comment, fencing.TableMark)
 	}
 }

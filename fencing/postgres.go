@@ -27,10 +27,19 @@ type PostgresStore struct {
 
 var _ Store = (*PostgresStore)(nil)
 
+// TableMark is the comment NewPostgres puts on a counter table it creates.
+// A table of that name without it is someone else's, and is never used.
+const TableMark = "locksuite counter table: rows are counters named by locksuite runs"
+
 // NewPostgres returns the Store of counter name in table (DefaultTable if
-// empty; the table is created if missing), creating the counter at 0 with
-// fence 0 if it does not exist yet, so that several processes of one run
-// can open the same counter. Name counters per run.
+// empty), creating the counter at 0 with fence 0 if it does not exist yet,
+// so that several processes of one run can open the same counter. Name
+// counters per run.
+//
+// A missing table is created and marked with COMMENT ON TABLE (TableMark),
+// in one transaction. An existing table is used only if it carries the mark:
+// on a shared server a table of the same name made by someone else is
+// refused with an error naming it and the fix, and left untouched.
 func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table, name string, fenced bool) (*PostgresStore, error) {
 	if table == "" {
 		table = DefaultTable
@@ -39,19 +48,57 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table, name string, fe
 		return nil, fmt.Errorf("fencing: table name %q: use lower-case letters, digits and _", table)
 	}
 	s := &PostgresStore{pool: pool, table: pgx.Identifier{table}.Sanitize(), name: name, fenced: fenced}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
-		name  text PRIMARY KEY,
-		value bigint NOT NULL,
-		fence bigint NOT NULL)`); err != nil {
-		var exists bool
-		if err2 := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err2 != nil || !exists {
-			return nil, fmt.Errorf("fencing: create table %s: %w", table, err)
-		}
+	if err := s.ensureTable(ctx, table); err != nil {
+		return nil, err
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO `+s.table+` (name, value, fence) VALUES ($1, 0, 0) ON CONFLICT (name) DO NOTHING`, name); err != nil {
 		return nil, fmt.Errorf("fencing: create counter %q in %s: %w", name, table, err)
 	}
 	return s, nil
+}
+
+// ensureTable creates and marks the table, or checks the mark of an
+// existing one. Concurrent creators (the workers of one run) race safely:
+// the loser of the CREATE finds the winner's marked table.
+func (s *PostgresStore) ensureTable(ctx context.Context, table string) error {
+	check := func() (exists bool, err error) {
+		var comment *string
+		err = s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')`, s.table).Scan(&exists, &comment)
+		if err != nil {
+			return false, fmt.Errorf("fencing: look up table %s: %w", table, err)
+		}
+		if exists && (comment == nil || *comment != TableMark) {
+			return true, fmt.Errorf("fencing: table %s exists but was not created by locksuite (its comment is not %q): it may hold someone else's data, so it is not used; fix: pass another table name to fencing.NewPostgres, or, if it is an old locksuite table, drop it", table, TableMark)
+		}
+		return exists, nil
+	}
+	exists, err := check()
+	if err != nil || exists {
+		return err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("fencing: create table %s: %w", table, err)
+	}
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `CREATE TABLE `+s.table+` (
+		name  text PRIMARY KEY,
+		value bigint NOT NULL,
+		fence bigint NOT NULL)`)
+	if err == nil {
+		_, err = tx.Exec(ctx, `COMMENT ON TABLE `+s.table+` IS '`+TableMark+`'`)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		tx.Rollback(ctx)
+		if exists, cerr := check(); cerr != nil || exists {
+			return cerr // another process of this run made it meanwhile, or someone else did
+		}
+		return fmt.Errorf("fencing: create table %s: %w", table, err)
+	}
+	return nil
 }
 
 func (s *PostgresStore) Fenced() bool     { return s.fenced }
