@@ -18,6 +18,7 @@ import (
 	"github.com/locksuite/locksuite/harness/checker"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/worker"
 )
 
@@ -164,7 +165,7 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 	}
 	duration := max(ch.Duration, faults.End(plan)+ch.Interval)
 
-	logDir, err := os.MkdirTemp("", "locksuite-workers-")
+	logDir, err := servers.TempDir("", "locksuite-workers-")
 	if err != nil {
 		return report.Row{}, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,19 @@ func stopped(pid int) bool {
 	return len(f) > 0 && f[0] == "T"
 }
 
-func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) {
+// launched is the CLI running as a child of the test, at the moment chosen
+// to signal it.
+type launched struct {
+	cmd      *exec.Cmd
+	tmp      string
+	children []int
+	log      *strings.Builder
+}
+
+// launch runs the CLI with args in a private TMPDIR and returns once its
+// servers are up, the specs run, it has at least minChildren children and,
+// with wantStopped, one of them is stopped (state T).
+func launch(t *testing.T, minChildren int, wantStopped bool, args ...string) *launched {
 	tmp := t.TempDir()
 	// Postgres runs as the postgres user, which must reach its directory.
 	os.Chmod(tmp, 0o755)
@@ -76,7 +89,7 @@ func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill() })
 	ready := make(chan struct{})
 	var log strings.Builder
 	go func() {
@@ -93,7 +106,7 @@ func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) 
 	case <-time.After(60 * time.Second):
 		t.Fatalf("servers not ready after 60s:\n%s", log.String())
 	}
-	// Wait for the moment to interrupt, polled rather than slept on: its
+	// Wait for the moment to signal, polled rather than slept on: its
 	// servers up, the specs running, and for the pause case a worker
 	// stopped (state T).
 	var children []int
@@ -114,27 +127,96 @@ func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return &launched{cmd: cmd, tmp: tmp, children: children, log: &log}
+}
+
+func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) {
+	l := launch(t, minChildren, wantStopped, args...)
 	t0 := time.Now()
-	cmd.Process.Signal(os.Interrupt)
+	l.cmd.Process.Signal(os.Interrupt)
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- l.cmd.Wait() }()
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("still running 30s after SIGINT")
 	}
-	t.Logf("exited %v after SIGINT; children were %v", time.Since(t0).Round(time.Millisecond), children)
-	for _, pid := range children {
+	t.Logf("exited %v after SIGINT; children were %v", time.Since(t0).Round(time.Millisecond), l.children)
+	for _, pid := range l.children {
 		if st, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "stat")); err == nil {
 			t.Errorf("child %d still exists after the run: %s", pid, st)
 		}
 	}
-	entries, _ := os.ReadDir(tmp)
+	leftovers(t, l.tmp)
+}
+
+// leftovers fails for anything in dir but spec logs.
+func leftovers(t *testing.T, dir string) {
+	t.Helper()
+	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".log") {
 			t.Errorf("left behind in TMPDIR: %s", e.Name())
 		}
 	}
+}
+
+// descendants lists pid's children and theirs, recursively.
+func descendants(pid int) []int {
+	var out []int
+	for _, c := range childPIDs(pid) {
+		out = append(out, c)
+		out = append(out, descendants(c)...)
+	}
+	return out
+}
+
+// TestKillLeavesNothing kills the coordinator with SIGKILL (no handler
+// runs) during a chaos run against Redis with a Postgres store, while a
+// worker is stopped by a pause, and checks that every process it started
+// (servers, Postgres's backends, workers) goes with it, none left stopped;
+// and that the next run removes the directories the killed one could not,
+// and runs.
+func TestKillLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	l := launch(t, 5, true, "run", "--backends", "redis,postgres", "--scenarios", "pause-targeted", "--fencing", "off", "--pause", "4s", "--pauses", "1")
+	procs := descendants(l.cmd.Process.Pid)
+	l.cmd.Process.Kill()
+	_ = l.cmd.Wait()
+	var left []string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		left = left[:0]
+		for _, pid := range procs {
+			if st, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "stat")); err == nil {
+				state := "running"
+				if stopped(pid) {
+					state = "stopped"
+				}
+				left = append(left, fmt.Sprintf("%d (%s): %s", pid, state, strings.TrimSpace(string(st))))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, s := range left {
+		t.Errorf("15s after SIGKILL of the coordinator, process %s", s)
+	}
+	t.Logf("SIGKILL: %d processes of the run (%v), none left", len(procs), procs)
+	stale, _ := filepath.Glob(filepath.Join(l.tmp, "locksuite-*-*"))
+	t.Logf("left by the killed run: %v", stale)
+
+	// The next run, in the same TMPDIR, removes them.
+	cmd := exec.Command(os.Args[0], "run", "--backends", "etcd", "--scenarios", "baseline", "--fencing", "off", "--duration", "300ms")
+	cmd.Env = append(os.Environ(), "LOCKSUITE_TEST_AS_CLI=1", "TMPDIR="+l.tmp)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the next run: %v\n%s", err, out)
+	}
+	leftovers(t, l.tmp)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

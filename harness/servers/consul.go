@@ -99,7 +99,7 @@ func StartConsul(ctx context.Context, opts ...Option) (*Consul, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul", err, "free loopback ports"}
 	}
-	dir, err := os.MkdirTemp("", "locksuite-consul-")
+	dir, err := TempDir("", "locksuite-consul-")
 	if err != nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	dir, err := os.MkdirTemp("", "locksuite-etcd-")
+	dir, err := TempDir("", "locksuite-etcd-")
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -92,7 +92,7 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		// TMPDIR (mode 0700 somewhere on its path) would stop it.
 		parent = "/tmp"
 	}
-	dir, err := os.MkdirTemp(parent, "locksuite-postgres-")
+	dir, err := TempDir(parent, "locksuite-postgres-")
 	if err != nil {
 		return nil, err
 	}

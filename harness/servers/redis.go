@@ -73,7 +73,7 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	if err != nil {
 		return nil, &Unavailable{"redis", err, "free a loopback port"}
 	}
-	dir, err := os.MkdirTemp("", "locksuite-redis-")
+	dir, err := TempDir("", "locksuite-redis-")
 	if err != nil {
 		return nil, err
 	}

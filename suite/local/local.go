@@ -166,7 +166,11 @@ func WithStore(name string) Option { return func(o *options) { o.store = name } 
 // else etcd, which is always available embedded. A backend that cannot be
 // had is recorded in Unavailable, not returned as an error; the error is for
 // the store.
+//
+// Start first removes what killed runs left: the temporary directories of
+// servers and workers whose owning process is gone (servers.RemoveStale).
 func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
+	servers.RemoveStale()
 	var o options
 	for _, f := range opts {
 		f(&o)

@@ -1,0 +1,82 @@
+package servers
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ownerFile, in each directory TempDir makes, names the process that made
+// it: "<pid> <start time in clock ticks since boot>", the start time telling
+// a live owner from a later process that reuses its pid.
+const ownerFile = ".locksuite-owner"
+
+// TempDir makes a directory for a server or a run, like os.MkdirTemp(parent,
+// pattern) (parent "" is os.TempDir()), and records this process as its
+// owner. A coordinator killed with SIGKILL cannot remove it; RemoveStale, in
+// the next run, does.
+func TempDir(parent, pattern string) (string, error) {
+	dir, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return "", err
+	}
+	start, err := startTime(os.Getpid())
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, ownerFile), []byte(fmt.Sprintf("%d %d\n", os.Getpid(), start)), 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// RemoveStale removes the directories "locksuite-*" in os.TempDir() and
+// /tmp that TempDir made for a process that no longer runs, and returns
+// them. Directories of live processes, and any without an owner record (not
+// made by TempDir), are left alone.
+func RemoveStale() []string {
+	var removed []string
+	seen := map[string]bool{}
+	for _, parent := range []string{os.TempDir(), "/tmp"} {
+		matches, _ := filepath.Glob(filepath.Join(parent, "locksuite-*"))
+		for _, dir := range matches {
+			if seen[dir] {
+				continue
+			}
+			seen[dir] = true
+			b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+			if err != nil {
+				continue
+			}
+			var pid int
+			var start uint64
+			if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil {
+				continue
+			}
+			if s, err := startTime(pid); err == nil && s == start {
+				continue // its owner runs
+			}
+			if os.RemoveAll(dir) == nil {
+				removed = append(removed, dir)
+			}
+		}
+	}
+	return removed
+}
+
+// startTime is field 22 of /proc/<pid>/stat: when the process started.
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
