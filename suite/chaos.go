@@ -362,7 +362,7 @@ loop:
 	elapsed := rec.Now() - t0
 	var res checker.Result
 	if firstErr != nil {
-		res = checker.Result{Verdict: checker.Unknown, Reason: firstErr.Error()}
+		res = checker.Result{Verdict: checker.Unknown, Reason: explain(cfg, scenario, firstErr).Error()}
 	} else {
 		res = finish(ctx, s, rec)
 	}

@@ -495,7 +495,7 @@ func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 	if errors.As(err, &skip) {
 		return report.Row{Backend: cfg.Name, Fencing: cfg.Fenced, Scenario: scenario, Verdict: report.Skipped, Reason: skip.reason}, nil
 	}
-	return row, err
+	return row, explain(cfg, scenario, err)
 }
 
 // runReleaseAfterExpiry checks the Lease contract that makes a stall

@@ -85,6 +85,13 @@ func GinkgoTest(cfg *Config) {
 				publish(c, row)
 				Skip(skip.reason)
 			}
+			if err != nil {
+				// No verdict: the row says why, so that a report (and the
+				// CLI's exit status) shows the run as unknown, not missing.
+				err = explain(c, scenario, err)
+				publish(c, report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: scenario, Verdict: report.Unknown,
+					Reason: err.Error(), LeaseMS: c.Lease.Milliseconds()})
+			}
 			Expect(err).NotTo(HaveOccurred())
 			return row
 		}

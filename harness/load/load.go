@@ -30,17 +30,30 @@ type Hooks struct {
 	Released func()
 }
 
+// StepError is an error of one step of a critical section: the lock's
+// Acquire ("acquire"), or the store's Read ("read") or Write ("write"), so
+// that a caller can tell which service failed.
+type StepError struct {
+	Client int
+	Step   string
+	Err    error
+}
+
+func (e *StepError) Error() string { return fmt.Sprintf("client %d: %s: %v", e.Client, e.Step, e.Err) }
+func (e *StepError) Unwrap() error { return e.Err }
+
 // Increment runs one critical section of client id: it acquires l, reads s,
 // waits work, writes read+1 with the lease's fence, and releases.
 //
-// On a stale read or write (fencing.ErrStale) the section is recorded as Rejected and
+// Errors of Acquire, Read and Write are *StepError. On a stale read or
+// write (fencing.ErrStale) the section is recorded as Rejected and
 // Increment returns fencing.ErrStale: the caller must acquire, read and
 // compute again, never replay the value.
 func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, rec *history.Recorder, work time.Duration, h Hooks) error {
 	asked := rec.Now()
 	lease, err := l.Acquire(ctx)
 	if err != nil {
-		return err
+		return &StepError{id, "acquire", err}
 	}
 	sec := history.Section{Client: id, Asked: asked, Start: rec.Now(), Fence: lease.Fence(), Outcome: history.Aborted}
 	if h.Granted != nil {
@@ -64,7 +77,7 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 		return fencing.ErrStale
 	}
 	if err != nil {
-		return fmt.Errorf("client %d: read: %w", id, err)
+		return &StepError{id, "read", err}
 	}
 	sec.Read = v
 	if h.Read != nil {
@@ -95,7 +108,7 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 		return fencing.ErrStale
 	default:
 		sec.Outcome = history.Failed
-		return fmt.Errorf("client %d: write: %w", id, err)
+		return &StepError{id, "write", err}
 	}
 	return nil
 }

@@ -1,0 +1,62 @@
+package suite
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/locksuite/locksuite/harness/load"
+)
+
+// wentAway reports whether err says that a server is gone: the connection
+// was refused, reset or closed mid-reply, or (gRPC, etcd) is unavailable.
+// The text is checked too, for errors that crossed a process boundary (a
+// chaos worker's) or that a client did not wrap.
+func wentAway(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
+		return true
+	}
+	// Postgres: 57P01 admin shutdown, 57P02 crash shutdown (a postmaster
+	// that died), 57P03 cannot connect now.
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57P") {
+		return true
+	}
+	msg := err.Error()
+	for _, m := range []string{"connection refused", "connection reset", "broken pipe", "unexpected EOF", ": EOF", "code = Unavailable", "(SQLSTATE 57P"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// explain turns the error of a scenario whose server went away mid-run into
+// one that says so, naming the service (the lock's, or the counter store)
+// and the fix. Other errors are returned as they are.
+func explain(cfg Config, scenario string, err error) error {
+	if err == nil || !wentAway(err) {
+		return err
+	}
+	what := "the lock service (" + cfg.Name
+	if cfg.Endpoint != "" {
+		what += " at " + cfg.Endpoint
+	}
+	what += ")"
+	var se *load.StepError
+	if errors.As(err, &se) && se.Step != "acquire" ||
+		!errors.As(err, &se) && (strings.Contains(err.Error(), ": read: ") || strings.Contains(err.Error(), ": write: ")) {
+		what = "the counter store"
+	}
+	return fmt.Errorf("suite: %s: %s: %s went away during the run (it refused or dropped the connection): %w; fix: check that the server is running and reachable, then run again", cfg.Name, scenario, what, err)
+}
