@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -254,14 +255,20 @@ func (r *run) row(scenario string, res checker.Result, fenced bool, d time.Durat
 	}
 }
 
+// probeTimeout bounds the first Acquire of a free lock.
+const probeTimeout = 10 * time.Second
+
 // requireFence skips a fenced scenario for a Locker that gives no token.
 func requireFence(ctx context.Context, cfg Config, l backends.Locker) error {
 	if !cfg.Fenced {
 		return nil
 	}
-	lease, err := l.Acquire(ctx)
+	// A free lock: a bound, for a Locker that never grants.
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	lease, err := load.Acquire(pctx, l)
 	if err != nil {
-		return fmt.Errorf("suite: %s: probe acquire: %w", cfg.Name, err)
+		return fmt.Errorf("suite: %s: the first Acquire of a free lock (a probe for its fence): %w", cfg.Name, err)
 	}
 	defer lease.Release(context.WithoutCancel(ctx))
 	if lease.Fence() == 0 {
@@ -402,6 +409,9 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 		errB    error
 		timeout = stallTimeout(cfg, a)
 	)
+	// A bound on the whole, for a Locker that never grants a free lock.
+	ctx, cancel := context.WithTimeout(ctx, 2*probeTimeout+timeout)
+	defer cancel()
 	errA := load.Increment(ctx, 0, a, s, rec, 0, load.Hooks{BeforeWrite: func(ctx context.Context) {
 		frozen := rec.Now()
 		thaw := freeze()
@@ -456,7 +466,16 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 // In a chaos worker process started by Run, Run for the worker's Config
 // serves as the worker and exits the process: a tool that calls Run must
 // build the same Config when it is run again as a worker.
-func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
+//
+// A panic of the Locker, Lease or Store under test, and an Acquire that
+// does not return once its context is done, end the scenario with an error
+// saying so (the scenario's clients, proxies and counter are removed first).
+func Run(ctx context.Context, cfg Config, scenario string) (row report.Row, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			row, err = report.Row{}, fmt.Errorf("suite: %s: %s: %w", cfg.Name, scenario, &load.PanicError{Value: p, Stack: debug.Stack()})
+		}
+	}()
 	serveIfWorker(&cfg)
 	if spec, ok, _ := worker.FromEnv(); ok {
 		return report.Row{}, fmt.Errorf("suite: this process is a worker for %q, not for %q", spec.Target, target(&cfg))
@@ -464,10 +483,6 @@ func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 	if err := cfg.Validate(); err != nil {
 		return report.Row{}, err
 	}
-	var (
-		row report.Row
-		err error
-	)
 	switch scenario {
 	case Baseline:
 		row, err = runBaseline(ctx, cfg, newRunID())
@@ -495,7 +510,11 @@ func Run(ctx context.Context, cfg Config, scenario string) (report.Row, error) {
 	if errors.As(err, &skip) {
 		return report.Row{Backend: cfg.Name, Fencing: cfg.Fenced, Scenario: scenario, Verdict: report.Skipped, Reason: skip.reason}, nil
 	}
-	return row, explain(cfg, scenario, err)
+	err = explain(cfg, scenario, err)
+	if err != nil && !strings.HasPrefix(err.Error(), "suite: ") {
+		err = fmt.Errorf("suite: %s: %s: %w", cfg.Name, scenario, err)
+	}
+	return row, err
 }
 
 // runReleaseAfterExpiry checks the Lease contract that makes a stall
@@ -527,7 +546,11 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 	r.started(ReleaseAfterExpiry, expiry(cfg, a))
 	t0 := time.Now()
 	askedA := rec.Now()
-	la, err := a.Acquire(ctx)
+	// A bound, for a Locker that never grants; long enough for the whole
+	// scenario, in case the Lease depends on Acquire's context.
+	actx, cancelA := context.WithTimeout(ctx, 2*probeTimeout+stallTimeout(cfg, a))
+	defer cancelA()
+	la, err := load.Acquire(actx, a)
 	if err != nil {
 		return report.Row{}, fmt.Errorf("holder A: %w", err)
 	}
@@ -535,7 +558,7 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 	thaw := freeze()
 	bctx, cancel := context.WithTimeout(ctx, stallTimeout(cfg, a))
 	askedB := rec.Now()
-	lb, err := b.Acquire(bctx)
+	lb, err := load.Acquire(bctx, b)
 	startB := rec.Now()
 	cancel()
 	thaw()
@@ -558,7 +581,7 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(lease/4, 20*time.Millisecond))
 	askedC := rec.Now()
-	lc, err := c.Acquire(cctx)
+	lc, err := load.Acquire(cctx, c)
 	cancel()
 	row := report.Row{Backend: cfg.Name, Scenario: ReleaseAfterExpiry, LeaseMS: lease.Milliseconds(), Verdict: report.Kept}
 	switch {

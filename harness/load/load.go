@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +44,87 @@ type StepError struct {
 func (e *StepError) Error() string { return fmt.Sprintf("client %d: %s: %v", e.Client, e.Step, e.Err) }
 func (e *StepError) Unwrap() error { return e.Err }
 
+// PanicError is a panic of the code under test (a Locker, a Lease or a
+// Store), recovered so that the run ends with an error instead of taking
+// the process down.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("panic: %v, at %s (a Locker, Lease or Store under test panicked)", e.Value, e.where())
+}
+
+// where is the function and file:line that panicked, from Stack.
+func (e *PanicError) where() string {
+	lines := strings.Split(string(e.Stack), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic(") && i+3 < len(lines) {
+			fn := lines[i+2]
+			if j := strings.LastIndexByte(fn, '('); j > 0 {
+				fn = fn[:j]
+			}
+			file := strings.TrimSpace(lines[i+3])
+			if j := strings.LastIndex(file, " +0x"); j > 0 {
+				file = file[:j]
+			}
+			return fn + " (" + file + ")"
+		}
+	}
+	return "unknown"
+}
+
+// AcquireGrace is how long after its context is done Acquire waits for a
+// Locker's Acquire to return before giving up on it.
+const AcquireGrace = 5 * time.Second
+
+// ErrIgnoredContext is wrapped by Acquire's error when the Locker's Acquire
+// did not return within AcquireGrace of its context being done.
+var ErrIgnoredContext = errors.New("Locker.Acquire did not return after its context was done: Acquire must return, with an error wrapping ctx.Err(), once ctx is done")
+
+// Acquire calls l.Acquire(ctx) and returns its result, with two guards for
+// a Locker under test: a panic is returned as a *PanicError, and an Acquire
+// that is still blocked AcquireGrace after ctx is done is abandoned with an
+// error wrapping ErrIgnoredContext (if it returns a lease later, the lease
+// is released).
+func Acquire(ctx context.Context, l backends.Locker) (backends.Lease, error) {
+	type result struct {
+		lease backends.Lease
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- result{nil, &PanicError{p, debug.Stack()}}
+			}
+		}()
+		lease, err := l.Acquire(ctx)
+		ch <- result{lease, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.lease, r.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(AcquireGrace)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.lease, r.err
+	case <-t.C:
+		go func() {
+			if r := <-ch; r.lease != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = r.lease.Release(rctx)
+			}
+		}()
+		return nil, fmt.Errorf("%w (still blocked %v after: %v)", ErrIgnoredContext, AcquireGrace, ctx.Err())
+	}
+}
+
 // Increment runs one critical section of client id: it acquires l, reads s,
 // waits work, writes read+1 with the lease's fence, and releases.
 //
@@ -49,9 +132,17 @@ func (e *StepError) Unwrap() error { return e.Err }
 // write (fencing.ErrStale) the section is recorded as Rejected and
 // Increment returns fencing.ErrStale: the caller must acquire, read and
 // compute again, never replay the value.
-func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, rec *history.Recorder, work time.Duration, h Hooks) error {
+//
+// A panic of the Locker, the Lease or the Store is returned as a *PanicError
+// (in a *StepError when it came from Acquire).
+func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, rec *history.Recorder, work time.Duration, h Hooks) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("client %d: %w", id, &PanicError{p, debug.Stack()})
+		}
+	}()
 	asked := rec.Now()
-	lease, err := l.Acquire(ctx)
+	lease, err := Acquire(ctx, l)
 	if err != nil {
 		return &StepError{id, "acquire", err}
 	}
@@ -116,7 +207,8 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 // Run makes each Locker a client that increments in a loop until ctx is done
 // or d has passed, whichever is first. A stale write is followed by a fresh
 // section (re-acquire, re-read). It returns the first error other than the
-// run ending and stale writes.
+// run ending and stale writes; a panic or an Acquire that ignored its
+// context is returned even when it happened as the run ended.
 func Run(ctx context.Context, lockers []backends.Locker, s fencing.Store, rec *history.Recorder, work, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -131,7 +223,9 @@ func Run(ctx context.Context, lockers []backends.Locker, s fencing.Store, rec *h
 			defer wg.Done()
 			for ctx.Err() == nil {
 				err := Increment(ctx, id, l, s, rec, work, Hooks{})
-				if err != nil && !errors.Is(err, fencing.ErrStale) && ctx.Err() == nil {
+				var pe *PanicError
+				faulty := errors.Is(err, ErrIgnoredContext) || errors.As(err, &pe) // even at the run's end
+				if err != nil && !errors.Is(err, fencing.ErrStale) && (ctx.Err() == nil || faulty) {
 					once.Do(func() { first = err; cancel() })
 					return
 				}
