@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers"
 )
 
 // TestBadInput: every bad invocation exits 2 with a message that names the
@@ -110,4 +112,68 @@ func TestUnreachableBackend(t *testing.T) {
 		t.Errorf("JUnit report %s lacks the suite or the spec:\n%.500s", junitPath, junit)
 	}
 	t.Logf("whole run %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestWrongServer: a variable that names a server of another kind (Redis's
+// pointing at Postgres, Consul's at etcd, etcd's at Redis, Postgres's at
+// Consul) is reported with the backend, the variable to fix and what
+// answered, and, with no backend left to run, exit status 2, within a bound.
+func TestWrongServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	ctx := context.Background()
+	pg, err := servers.StartPostgres(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Stop()
+	et, err := servers.StartEtcd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer et.Stop()
+	rd, err := servers.StartRedis(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Stop()
+	co, err := servers.StartConsul(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Stop()
+	pgAddr := strings.TrimPrefix(strings.Split(pg.Endpoint(), "/")[2], "locksuite@")
+	for _, tc := range []struct {
+		backend, env, value, want string
+	}{
+		{"redis", "REDIS_URL", "redis://" + pgAddr + "/0", "check REDIS_URL"},
+		{"consul", "CONSUL_HTTP_ADDR", et.Endpoint(), "check CONSUL_HTTP_ADDR"},
+		{"etcd", "ETCDCTL_ENDPOINTS", rd.Endpoint(), "check ETCDCTL_ENDPOINTS"},
+		{"postgres", "DATABASE_URL", "postgres://locksuite@" + strings.TrimPrefix(co.Endpoint(), "http://") + "/postgres?sslmode=disable", "check DATABASE_URL"},
+	} {
+		t.Run(tc.env+" names another server", func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			args := []string{"run", "--backends", tc.backend, "--scenarios", "baseline"}
+			if tc.backend == "etcd" { // the counter store elsewhere: the running Postgres
+				t.Setenv("DATABASE_URL", pg.Endpoint())
+				args = append(args, "--store", "postgres")
+			}
+			var out, errb bytes.Buffer
+			t0 := time.Now()
+			code := cli(args, &out, &errb)
+			took := time.Since(t0)
+			t.Logf("%v, exit %d: %s", took.Round(time.Millisecond), code, strings.TrimSpace(errb.String()))
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if !strings.Contains(errb.String(), tc.backend+" unavailable") || !strings.Contains(errb.String(), tc.want) ||
+				!strings.Contains(errb.String(), "does not answer as "+tc.backend+" (is it another kind of server?)") {
+				t.Errorf("stderr does not name %s and the fix %q:\n%s", tc.backend, tc.want, errb.String())
+			}
+			if took > 30*time.Second {
+				t.Errorf("took %v: a wrong server must be reported within a bound", took)
+			}
+		})
+	}
 }

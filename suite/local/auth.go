@@ -268,6 +268,15 @@ func unavailable(n string, c *conn, err error) error {
 			fix = "check ETCDCTL_ENDPOINTS (host:port,...), or unset it to use the embedded server"
 		}
 	}
+	if problem == "" {
+		// A server that accepts the connection but fails the probe in no
+		// way recognized above is most likely another kind of server.
+		addr := hostPort(n, c.endpoint)
+		if tc, derr := net.DialTimeout("tcp", addr, time.Second); derr == nil {
+			tc.Close()
+			problem = fmt.Sprintf("%s accepts connections but does not answer as %s (is it another kind of server?)", addr, n)
+		}
+	}
 	if problem != "" {
 		err = fmt.Errorf("%s (%w)", problem, err)
 	}
