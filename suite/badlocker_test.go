@@ -1,7 +1,12 @@
 package suite_test
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -133,4 +138,86 @@ func TestBadLocker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBadLockerInGinkgo runs suite.Test with a Locker whose Acquire panics
+// in a child process (this test binary again, so that the failing specs do
+// not fail this test), for the baseline and chaos-none (worker processes):
+// each spec fails with the panic, the child exits within a bound, and no
+// process of it is left.
+func TestBadLockerInGinkgo(t *testing.T) {
+	if os.Getenv("LOCKSUITE_BAD_GINKGO") == "1" {
+		env, err := local.Start(context.Background(), []string{"redis"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer env.Close()
+		cfg := env.Config("redis", false)
+		base := cfg.NewLocker
+		cfg.Duration, cfg.Chaos.Duration = time.Second, time.Second
+		cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
+			l, err := base(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			return &badLocker{Locker: l, fault: "panic-acquire", closed: make(chan struct{})}, nil
+		}
+		suite.Test(t, cfg)
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts real servers")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBadLockerInGinkgo$", "-ginkgo.label-filter=baseline || chaos-none", "-ginkgo.no-color")
+	cmd.Env = append(os.Environ(), "LOCKSUITE_BAD_GINKGO=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("suite.Test with a panicking Locker still running after 2 minutes:\n%s", out.String())
+	}
+	took := time.Since(t0)
+	o := out.String()
+	t.Logf("%v, %v; %d specs mention the panic", took.Round(time.Millisecond), err, strings.Count(o, "panic: boom in Acquire"))
+	if i := strings.Index(o, "Summarizing"); i >= 0 {
+		t.Logf("%s", o[i:])
+	}
+	if err == nil {
+		t.Errorf("suite.Test passed with a Locker that panics:\n%s", o)
+	}
+	for _, want := range []string{"[FAIL] redis lock, unfenced [It] keeps the counter equal to the acknowledged writes with no faults", "[FAIL] redis lock, unfenced [It] keeps the invariant with worker processes and no faults", "panic: boom in Acquire"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("the child's output lacks %q:\n%s", want, o)
+		}
+	}
+	if left := childrenOf(cmd.Process.Pid); len(left) > 0 {
+		t.Errorf("processes of the child left: %v", left)
+	}
+}
+
+// childrenOf lists processes whose parent is pid.
+func childrenOf(pid int) []string {
+	var out []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		fs := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fs) > 1 && fs[1] == strconv.Itoa(pid) {
+			out = append(out, strings.TrimSpace(s))
+		}
+	}
+	return out
 }

@@ -91,8 +91,8 @@ func GinkgoTest(cfg *Config) {
 				err = explain(c, scenario, err)
 				publish(c, report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: scenario, Verdict: report.Unknown,
 					Reason: err.Error(), LeaseMS: c.Lease.Milliseconds()})
+				Fail(err.Error())
 			}
-			Expect(err).NotTo(HaveOccurred())
 			return row
 		}
 
