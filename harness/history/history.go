@@ -6,6 +6,7 @@
 package history
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -29,6 +30,9 @@ const (
 )
 
 func (o Outcome) String() string {
+	if o < Accepted || o > Aborted {
+		return fmt.Sprintf("outcome(%d)", int(o))
+	}
 	return [...]string{"accepted", "rejected", "failed", "aborted"}[o]
 }
 
@@ -43,6 +47,19 @@ type Section struct {
 	Read    int64         `json:"read"`  // the value read
 	Wrote   int64         `json:"wrote"` // the value written
 	Outcome Outcome       `json:"outcome"`
+}
+
+// Valid reports whether s could have been recorded: a known Outcome, times
+// in order (0 ≤ Asked ≤ Start ≤ End). A Section decoded from another
+// process is checked with it before the checker sees it.
+func (s Section) Valid() error {
+	switch {
+	case s.Outcome < Accepted || s.Outcome > Aborted:
+		return fmt.Errorf("history: section of client %d: unknown outcome %d", s.Client, int(s.Outcome))
+	case s.Asked < 0 || s.Start < s.Asked || s.End < s.Start:
+		return fmt.Errorf("history: section of client %d: times out of order (asked %d, start %d, end %d ns)", s.Client, s.Asked, s.Start, s.End)
+	}
+	return nil
 }
 
 // Clock reads CLOCK_MONOTONIC: the same clock in every process.

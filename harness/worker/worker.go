@@ -214,17 +214,40 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Events decodes the worker's events into ch until it closes its descriptor;
 // then it closes nothing (several workers share ch) and returns.
-func (p *Proc) Events(ch chan<- Event) error {
-	dec := json.NewDecoder(p.events)
+func (p *Proc) Events(ch chan<- Event) error { return DecodeEvents(p.events, p.ID, ch) }
+
+// eventKinds are the kinds a worker reports.
+var eventKinds = map[string]bool{"ready": true, "read": true, "released": true, "section": true, "stall": true, "done": true, "error": true}
+
+// DecodeEvents reads worker id's events from r, one JSON object each, into
+// ch until r ends (nil) or holds something that is not a valid event (an
+// error naming the worker). Each event is checked before it is sent: a
+// known kind, a Section with "section" events only, and a valid one
+// (history.Section.Valid). Client fields are set to id, whatever the
+// worker wrote.
+func DecodeEvents(r io.Reader, id int, ch chan<- Event) error {
+	dec := json.NewDecoder(r)
 	for {
 		var e Event
 		if err := dec.Decode(&e); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			return fmt.Errorf("worker %d: bad event: %w", p.ID, err)
+			return fmt.Errorf("worker %d: bad event: %w", id, err)
 		}
-		e.Client = p.ID
+		if !eventKinds[e.Kind] {
+			return fmt.Errorf("worker %d: bad event: unknown kind %q", id, e.Kind)
+		}
+		if (e.Kind == "section") != (e.Section != nil) {
+			return fmt.Errorf("worker %d: bad event: a %q event with section %v", id, e.Kind, e.Section != nil)
+		}
+		e.Client = id
+		if e.Section != nil {
+			if err := e.Section.Valid(); err != nil {
+				return fmt.Errorf("worker %d: bad event: %w", id, err)
+			}
+			e.Section.Client = id
+		}
 		ch <- e
 	}
 }
