@@ -110,7 +110,8 @@ func Linearizable(secs []history.Section, counter int64, timeout time.Duration) 
 		}
 		ops = append(ops, porcupine.Operation{ClientId: s.Client, Input: op, Call: int64(s.Start), Return: ret})
 	}
-	ops = append(ops, porcupine.Operation{ClientId: -1, Input: linOp{final: true, read: counter}, Call: int64(last) + 1, Return: int64(last) + 2})
+	final := min(int64(last), math.MaxInt64-2) + 1 // after every section (no overflow on a hostile history)
+	ops = append(ops, porcupine.Operation{ClientId: -1, Input: linOp{final: true, read: counter}, Call: final, Return: final + 1})
 	switch porcupine.CheckOperationsTimeout(registerModel, ops, timeout) {
 	case porcupine.Ok:
 		return LinOK

@@ -61,22 +61,14 @@ func FuzzDecodeEvents(f *testing.F) {
 }
 
 // FuzzSpec: a worker's LOCKSUITE_WORKER value either decodes to a Spec or
-// is refused with an error naming the variable.
+// is refused with an error naming the variable (FromEnv's parseSpec).
 func FuzzSpec(f *testing.F) {
 	b, _ := json.Marshal(Spec{Target: "redis/fenced=false", ID: 1, Key: "locksuite/x", Lease: time.Second, StallEvery: 10, Stall: time.Second, StallMode: StallProcess})
 	f.Add(string(b))
 	f.Add(`{"id":"one"}`)
 	f.Add(`{`)
 	f.Fuzz(func(t *testing.T, in string) {
-		if in == "" {
-			return
-		}
-		t.Setenv(EnvVar, in)
-		_, ok, err := FromEnv()
-		if !ok {
-			t.Fatalf("%q: not seen as a worker", in)
-		}
-		if err != nil && !strings.Contains(err.Error(), EnvVar) {
+		if _, err := parseSpec(in); err != nil && !strings.Contains(err.Error(), EnvVar) {
 			t.Fatalf("%q: error %v does not name %s", in, err, EnvVar)
 		}
 	})

@@ -70,11 +70,17 @@ func FromEnv() (Spec, bool, error) {
 	if v == "" {
 		return Spec{}, false, nil
 	}
+	s, err := parseSpec(v)
+	return s, true, err
+}
+
+// parseSpec decodes a Spec from the value of EnvVar.
+func parseSpec(v string) (Spec, error) {
 	var s Spec
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
-		return Spec{}, true, fmt.Errorf("worker: bad %s: %w", EnvVar, err)
+		return Spec{}, fmt.Errorf("worker: bad %s: %w", EnvVar, err)
 	}
-	return s, true, nil
+	return s, nil
 }
 
 // Event is one line a worker reports.
