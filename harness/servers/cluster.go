@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // Cluster is a replicated lock service the harness started itself on
@@ -172,7 +174,8 @@ func startMemberProc(name, dir string, env []string, argv ...string) (*proc, err
 	cmd.Stdout, cmd.Stderr, cmd.Dir = lf, lf, dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// From the spawning thread: Pdeathsig fires when that thread exits.
+	if err := spawn.Start(cmd); err != nil {
 		return nil, err
 	}
 	p := &proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}

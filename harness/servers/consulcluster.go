@@ -55,7 +55,7 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "free loopback ports"}
 	}
-	dir, err := os.MkdirTemp("", "locksuite-consul-cluster-")
+	dir, err := TempDir("", "locksuite-consul-cluster-")
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 	}

@@ -128,7 +128,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	dir, err := os.MkdirTemp("", "locksuite-etcd-cluster-")
+	dir, err := TempDir("", "locksuite-etcd-cluster-")
 	if err != nil {
 		return nil, fail(err)
 	}

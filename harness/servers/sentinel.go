@@ -75,7 +75,7 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 	if err != nil {
 		return nil, fail(err, "free loopback ports")
 	}
-	dir, err := os.MkdirTemp("", "locksuite-redis-sentinel-")
+	dir, err := TempDir("", "locksuite-redis-sentinel-")
 	if err != nil {
 		return nil, fail(err, "a writable temporary directory")
 	}
