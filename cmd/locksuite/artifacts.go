@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/suite/local"
 )
@@ -42,7 +43,9 @@ func newArtifacts(o options) (*artifacts, error) {
 	case o.keepBroken == "off":
 		return a, nil
 	case o.keepBroken == "auto":
-		d, err := os.MkdirTemp("", "locksuite-artifacts-")
+		// Owned by this process until finish keeps it: if the run is
+		// killed first, the next run removes it (servers.RemoveStale).
+		d, err := servers.TempDir("", "locksuite-artifacts-")
 		if err != nil {
 			return nil, fmt.Errorf("--keep-broken: %w (choose a directory, or off)", err)
 		}
@@ -92,6 +95,9 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 			_ = os.RemoveAll(a.dir)
 		}
 		return
+	}
+	if a.auto {
+		_ = servers.Disown(a.dir) // kept for the user: never stale
 	}
 	logs, err := env.CopyLogs(a.dir)
 	if err != nil {

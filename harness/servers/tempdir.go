@@ -33,6 +33,15 @@ func TempDir(parent, pattern string) (string, error) {
 	return dir, nil
 }
 
+// Disown removes dir's owner record: RemoveStale will not remove it once
+// its owner is gone (a directory of results kept for the user).
+func Disown(dir string) error {
+	if err := os.Remove(filepath.Join(dir, ownerFile)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
 // RemoveStale removes the directories "locksuite-*" in os.TempDir() and
 // /tmp that TempDir made for a process that no longer runs, and returns
 // them. Directories of live processes, and any without an owner record (not
