@@ -1,4 +1,4 @@
-package suite_test
+package selfcheck_test
 
 import (
 	"bytes"
