@@ -193,7 +193,13 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 			return report.Row{}, err
 		}
 		procs = append(procs, p)
-		go func() { _ = p.Events(events) }()
+		go func() {
+			// A worker that reports something invalid is an error of the
+			// run, not a worker that never finishes.
+			if err := p.Events(events); err != nil {
+				events <- worker.Event{Kind: "error", Client: p.ID, Err: strings.TrimPrefix(err.Error(), fmt.Sprintf("worker %d: ", p.ID))}
+			}
+		}()
 	}
 
 	// Wait until every worker is ready, then start them together.

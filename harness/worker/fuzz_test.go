@@ -28,6 +28,7 @@ func FuzzDecodeEvents(f *testing.F) {
 	sec := &history.Section{Client: 0, Asked: 1, Start: 2, End: 3, Fence: 4, Read: 5, Wrote: 6, Outcome: history.Rejected}
 	f.Add(good(Event{Kind: "ready"}, Event{Kind: "read", T: 5}, Event{Kind: "section", Section: sec}, Event{Kind: "released"}, Event{Kind: "done", Writes: 3, Rejected: 1}))
 	f.Add(good(Event{Kind: "error", Err: "client 0: acquire: boom"}))
+	f.Add(good(Event{Kind: "sleep", T: 7}, Event{Kind: "stall", T: 8}))
 	f.Add(`{"kind":"section","section":{"outcome":9,"start_ns":5,"end_ns":1}}`)
 	f.Add(`{"kind":"section"}`)
 	f.Add(`{"kind":"ready","section":{}}`)

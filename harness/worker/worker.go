@@ -222,8 +222,9 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 // then it closes nothing (several workers share ch) and returns.
 func (p *Proc) Events(ch chan<- Event) error { return DecodeEvents(p.events, p.ID, ch) }
 
-// eventKinds are the kinds a worker reports.
-var eventKinds = map[string]bool{"ready": true, "read": true, "released": true, "section": true, "stall": true, "done": true, "error": true}
+// eventKinds are the kinds a worker reports (Event.Kind): a new kind must
+// be added here, or DecodeEvents refuses it.
+var eventKinds = map[string]bool{"ready": true, "read": true, "released": true, "section": true, "stall": true, "sleep": true, "done": true, "error": true}
 
 // DecodeEvents reads worker id's events from r, one JSON object each, into
 // ch until r ends (nil) or holds something that is not a valid event (an
