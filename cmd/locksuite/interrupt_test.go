@@ -18,8 +18,17 @@ func TestMain(m *testing.M) {
 	if os.Getenv("LOCKSUITE_TEST_AS_CLI") == "1" {
 		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	// The CLI writes its spec log and artifacts under TMPDIR: keep those of
+	// the in-process runs in a directory of this test binary's own.
+	tmp, err := os.MkdirTemp("", "locksuite-cmdtest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	os.Setenv("TMPDIR", tmp)
 	code := m.Run()
 	stopSecured()
+	os.RemoveAll(tmp)
 	os.Exit(code)
 }
 
