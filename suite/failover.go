@@ -16,6 +16,7 @@ import (
 	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers"
 )
 
 // Failover scenario names.
@@ -63,26 +64,6 @@ const lagBeforeKill = 200 * time.Millisecond
 // reports the service as not recovered (an error, not a verdict).
 const recoveryTimeout = 60 * time.Second
 
-// waitHealthy polls s.Healthy every 100 ms until it succeeds or timeout.
-func waitHealthy(ctx context.Context, s Servers, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
-		last = s.Healthy(hctx)
-		hcancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not healthy after %v: %w", timeout, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // failoverFault is one kill of the leader, as it happened.
 type failoverFault struct {
 	servers Servers
@@ -108,7 +89,7 @@ func prepareFailover(ctx context.Context, cfg Config) (*failoverFault, error) {
 	if !ok {
 		return nil, &skipError{"Config.Servers has no leader to kill (it does not implement suite.Leaderer): a single server cannot fail over"}
 	}
-	if err := waitHealthy(ctx, cfg.Servers, recoveryTimeout); err != nil {
+	if err := servers.WaitHealthy(ctx, recoveryTimeout, cfg.Servers.Healthy); err != nil {
 		return nil, fmt.Errorf("suite: %s: the lock service is not healthy before the fault: %w", cfg.Name, err)
 	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -146,7 +127,7 @@ func (f *failoverFault) kill(ctx context.Context, rec *history.Recorder) error {
 		return fmt.Errorf("suite: kill the leader %s: %w", f.victim.Name(), err)
 	}
 	go func() {
-		err := waitHealthy(ctx, f.servers, recoveryTimeout)
+		err := servers.WaitHealthy(ctx, recoveryTimeout, f.servers.Healthy)
 		f.mu.Lock()
 		f.healthy, f.err = rec.Now(), err
 		f.mu.Unlock()
@@ -385,13 +366,7 @@ func runFailoverLoad(ctx context.Context, cfg Config, runID string) (report.Row,
 	defer f.cleanup(ctx)
 	r := newRun(cfg, runID, FailoverLoad)
 	defer r.close()
-	if err := r.clients(ctx, cfg.Clients, false); err != nil {
-		return report.Row{}, err
-	}
-	if err := requireFence(ctx, cfg, r.lockers[0]); err != nil {
-		return report.Row{}, err
-	}
-	s, err := r.store(ctx, cfg.Fenced)
+	s, err := r.setup(ctx, cfg.Clients)
 	if err != nil {
 		return report.Row{}, err
 	}

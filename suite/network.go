@@ -15,6 +15,7 @@ import (
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers"
 )
 
 // Fault scenario names: the holder's process runs on, and the fault is in
@@ -199,21 +200,8 @@ func victim(ctx context.Context, s Servers) (Member, error) {
 // says how long that took.
 func healthAfter(ctx context.Context, s Servers) (time.Duration, error) {
 	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		err := s.Healthy(cctx)
-		ccancel()
-		if err == nil {
-			return time.Since(t0), nil
-		}
-		select {
-		case <-ctx.Done():
-			return time.Since(t0), err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	err := servers.WaitHealthy(ctx, 20*time.Second, s.Healthy)
+	return time.Since(t0), err
 }
 
 // runHolderFault is the faulted-holder case: A acquires and reads; f

@@ -183,9 +183,10 @@ func startMemberProc(name, dir string, env []string, argv ...string) (*proc, err
 	return p, nil
 }
 
-// waitHealthy polls healthy every 100 ms until it returns nil, or fails
-// with its last error after timeout.
-func waitHealthy(ctx context.Context, timeout time.Duration, healthy func(context.Context) error) error {
+// WaitHealthy calls healthy (each call bounded by 2 s) every 50 ms until it
+// returns nil, and fails with its last error once timeout has passed or ctx
+// is done.
+func WaitHealthy(ctx context.Context, timeout time.Duration, healthy func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
@@ -199,7 +200,7 @@ func waitHealthy(ctx context.Context, timeout time.Duration, healthy func(contex
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("not healthy after %v: %w", timeout, last)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

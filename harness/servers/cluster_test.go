@@ -70,7 +70,7 @@ func TestClusters(t *testing.T) {
 				t.Fatal(err)
 			}
 			t1 := time.Now()
-			if err := waitHealthy(ctx, time.Minute, c.Healthy); err != nil {
+			if err := WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
 				t.Fatalf("after killing the leader %s: %v", old.Name(), err)
 			}
 			l, err := c.Leader(ctx)

@@ -117,7 +117,7 @@ log_level = "warn"
 			return nil, &Unavailable{"consul-cluster", err, "a Consul API client"}
 		}
 	}
-	if err := waitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, &Unavailable{"consul-cluster", err, "see the servers' logs above"}
 	}
@@ -177,7 +177,7 @@ func (s *ConsulCluster) Restart(ctx context.Context) error {
 	if err := restartKilled(s.members); err != nil {
 		return err
 	}
-	return waitHealthy(ctx, 60*time.Second, s.Healthy)
+	return WaitHealthy(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the cluster's directory.

@@ -166,7 +166,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 		s.Stop()
 		return nil, fail(err)
 	}
-	if err := waitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
+	if err := WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}
@@ -225,7 +225,7 @@ func (s *EtcdCluster) Restart(ctx context.Context) error {
 	if err := restartKilled(s.members); err != nil {
 		return err
 	}
-	return waitHealthy(ctx, 30*time.Second, s.Healthy)
+	return WaitHealthy(ctx, 30*time.Second, s.Healthy)
 }
 
 // Stop ends every member and removes the cluster's directory.

@@ -152,7 +152,7 @@ sentinel parallel-syncs %s 1
 			return nil, fail(err, "redis-sentinel 7 or newer (SENTINEL DEBUG)")
 		}
 	}
-	if err := waitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
+	if err := WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err, "see the sentinel logs above")
 	}
@@ -306,7 +306,7 @@ func (s *RedisSentinel) Restart(ctx context.Context) error {
 	if err := restartKilled(s.members); err != nil {
 		return err
 	}
-	return waitHealthy(ctx, 30*time.Second, s.Healthy)
+	return WaitHealthy(ctx, 30*time.Second, s.Healthy)
 }
 
 // HoldReplication makes the replicas fall behind the primary from now on:
