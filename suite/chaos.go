@@ -141,13 +141,7 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 	r := newRun(cfg, runID, scenario)
 	defer r.close()
 	// One in-process client: to probe for a fence, and to report the TTL.
-	if err := r.clients(ctx, 1, false); err != nil {
-		return report.Row{}, err
-	}
-	if err := requireFence(ctx, cfg, r.lockers[0]); err != nil {
-		return report.Row{}, err
-	}
-	s, err := r.store(ctx, cfg.Fenced)
+	s, err := r.setup(ctx, 1)
 	if err != nil {
 		return report.Row{}, err
 	}

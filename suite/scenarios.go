@@ -258,6 +258,18 @@ func (r *run) row(scenario string, res checker.Result, fenced bool, d time.Durat
 // probeTimeout bounds the first Acquire of a free lock.
 const probeTimeout = 10 * time.Second
 
+// setup makes n clients dialling the lock service directly, skips a fenced
+// run whose Locker gives no token, and opens the run's counter.
+func (r *run) setup(ctx context.Context, n int) (fencing.Store, error) {
+	if err := r.clients(ctx, n, false); err != nil {
+		return nil, err
+	}
+	if err := requireFence(ctx, r.cfg, r.lockers[0]); err != nil {
+		return nil, err
+	}
+	return r.store(ctx, r.cfg.Fenced)
+}
+
 // requireFence skips a fenced scenario for a Locker that gives no token.
 func requireFence(ctx context.Context, cfg Config, l backends.Locker) error {
 	if !cfg.Fenced {
@@ -295,13 +307,7 @@ func finish(ctx context.Context, s fencing.Store, rec *history.Recorder) checker
 func runBaseline(ctx context.Context, cfg Config, runID string) (report.Row, error) {
 	r := newRun(cfg, runID, Baseline)
 	defer r.close()
-	if err := r.clients(ctx, cfg.Clients, false); err != nil {
-		return report.Row{}, err
-	}
-	if err := requireFence(ctx, cfg, r.lockers[0]); err != nil {
-		return report.Row{}, err
-	}
-	s, err := r.store(ctx, cfg.Fenced)
+	s, err := r.setup(ctx, cfg.Clients)
 	if err != nil {
 		return report.Row{}, err
 	}
