@@ -3,7 +3,8 @@
 //
 // The contract is deliberately small: a Locker grants Leases, a Lease carries
 // a fencing token and can be released. Everything else a lock may offer (a
-// known time to live, background renewal, notice of a lost lease) is an
+// known time to live, notice of a lost lease, a session that can be ended
+// from outside) is an
 // optional capability, discovered by type assertion. A suite spec that needs a
 // capability the Locker lacks is skipped, never failed.
 //
@@ -56,32 +57,33 @@ type Lease interface {
 // ErrClosed is returned by Acquire on a closed Locker.
 var ErrClosed = errors.New("locksuite: locker is closed")
 
-// TTLer is an optional capability of a Locker: the time after which a lease
-// that is neither renewed nor released is freed by the lock service. It is the
-// floor below which no stalled holder can lose its lock: a stall shorter than
-// TTL is harmless, a longer one may let a second holder in.
+// TTLer is an optional capability of a Locker whose leases run out by
+// themselves.
 //
-// Where the service frees the lease later than TTL (etcd checks expiry every
-// 500 ms, Consul waits about twice the session TTL), Expiry reports the
-// effective upper bound.
+// TTL is the time to live the Locker asks the service for: a lease that is
+// neither renewed nor released is freed by the service no earlier than TTL
+// after its last renewal. It is the floor below which no stalled holder can
+// lose its lock: a stall shorter than TTL is harmless, a longer one may let a
+// second holder in.
+//
+// Expiry is the longest time, from the holder's last renewal, before the
+// service actually frees a stalled lease: TTL where the service is exact,
+// more where it checks expiry periodically (etcd: TTL + 500 ms) or waits
+// longer than asked (Consul: about twice the session TTL). Expiry >= TTL. The
+// suite sizes its waits with it.
 type TTLer interface {
 	TTL() time.Duration
-}
-
-// Expirer is an optional capability refining TTLer: the longest time, measured
-// from the holder's last renewal, before the service actually frees a stalled
-// lease. The suite uses it to size its waits; without it, TTL is assumed.
-type Expirer interface {
 	Expiry() time.Duration
 }
 
-// Renewer is an optional capability of a Locker whose leases are kept alive in
-// the background while the holder runs (etcd keep-alive, Consul session renew,
-// a Postgres session kept busy). Renews reports whether that is so. A renewing
-// lock is safe against a slow holder whose process keeps running, and unsafe,
-// like any lease, against a holder whose process or network stalls.
-type Renewer interface {
-	Renews() bool
+// TTLOf returns l's TTL and Expiry, and whether l declares them (a TTLer
+// with a positive TTL). An Expiry below TTL is taken as TTL.
+func TTLOf(l Locker) (ttl, expiry time.Duration, ok bool) {
+	t, isTTLer := l.(TTLer)
+	if !isTTLer || t.TTL() <= 0 {
+		return 0, 0, false
+	}
+	return t.TTL(), max(t.Expiry(), t.TTL()), true
 }
 
 // LossNotifier is an optional capability of a Lease: Lost returns a channel
@@ -93,35 +95,12 @@ type LossNotifier interface {
 	Lost() <-chan struct{}
 }
 
-// Info is an optional capability that describes a Locker for reports: a short
-// backend name ("redis") and a one-line description of the mechanism.
-type Info interface {
-	Describe() string
-}
-
-// TTLOf returns the Locker's TTL and whether it declares one.
-func TTLOf(l Locker) (time.Duration, bool) {
-	if t, ok := l.(TTLer); ok && t.TTL() > 0 {
-		return t.TTL(), true
-	}
-	return 0, false
-}
-
-// ExpiryOf returns the longest time a stalled lease of l may survive: Expiry
-// if l declares it, else TTL. The boolean is false when l declares neither.
-func ExpiryOf(l Locker) (time.Duration, bool) {
-	if e, ok := l.(Expirer); ok && e.Expiry() > 0 {
-		return e.Expiry(), true
-	}
-	return TTLOf(l)
-}
-
-// Freezer is an optional capability for a Locker whose connections the suite
-// cannot put a proxy in front of (suite.Config.Endpoint is empty). Freeze
+// Freezer is an optional capability for a Locker whose connections do not
+// go through the dialer the suite gives it (suite.Client.Dial). Freeze
 // stops all of this Locker's traffic to the lock service, renewals included,
 // as a stalled process or a cut network would, until thaw is called; it must
 // lose nothing that was sent meanwhile. The pause scenarios are skipped for a
-// Locker that neither dials a proxied endpoint nor implements Freezer.
+// Locker that neither dials through suite.Client.Dial nor implements Freezer.
 type Freezer interface {
 	Freeze() (thaw func())
 }

@@ -3,6 +3,7 @@ package suite_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func bareRate(b *testing.B, cfg suite.Config, d time.Duration) float64 {
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for id := range cfg.Chaos.Workers {
-		l, err := cfg.NewLocker(ctx, suite.Client{ID: id, Key: key, Endpoint: cfg.Endpoint, Lease: cfg.Lease})
+		l, err := cfg.NewLocker(ctx, suite.Client{ID: id, Key: key, Dial: (&net.Dialer{}).DialContext, Lease: cfg.Lease})
 		if err != nil {
 			b.Fatal(err)
 		}

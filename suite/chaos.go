@@ -76,7 +76,7 @@ func serveIfWorker(cfg *Config) {
 		return
 	}
 	ctx := context.Background()
-	l, err := cfg.NewLocker(ctx, Client{ID: spec.ID, Key: spec.Key, Endpoint: spec.Endpoint, Lease: spec.Lease})
+	l, err := cfg.NewLocker(ctx, Client{ID: spec.ID, Key: spec.Key, Dial: directDial, Lease: spec.Lease})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker %d: NewLocker: %v\n", spec.ID, err)
 		os.Exit(3)
@@ -178,7 +178,7 @@ func runChaos(ctx context.Context, cfg Config, runID, scenario string) (report.R
 	events := make(chan worker.Event, 4096)
 	for id := range ch.Workers {
 		spec := worker.Spec{
-			Target: target(&cfg), ID: id, Key: r.key, Endpoint: cfg.Endpoint, Lease: lease,
+			Target: target(&cfg), ID: id, Key: r.key, Lease: lease,
 			Store: r.key, Fenced: cfg.Fenced, Work: cfg.Work, Base: rec.Base(),
 			StallEvery: stallEvery, Stall: ch.Pause, StallMode: stallMode,
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
@@ -18,10 +19,17 @@ type Client struct {
 	// Key is the lock's name, unique to this scenario run and prefixed with
 	// Config.Prefix. Every client of a scenario gets the same Key.
 	Key string
-	// Endpoint is the address this client must dial for the lock service:
-	// its own fault proxy in front of Config.Endpoint, or Config.Endpoint
-	// itself when the scenario needs no proxy. Empty when Config.Endpoint is.
-	Endpoint string
+	// Dial connects to the lock service. A Locker must make every
+	// connection to the lock service through it (go-redis Options.Dialer,
+	// pgx's DialFunc, gRPC's WithContextDialer, an http.Transport's
+	// DialContext): in the scenarios that fault a client's network, it
+	// routes each connection through the client's own fault proxy
+	// (faults.Path), which stalls, cuts or blackholes all of this client's
+	// traffic, renewals included, and nothing else. Elsewhere it dials
+	// directly. A Locker that dials nothing through it is skipped by those
+	// scenarios unless it implements backends.Freezer. Never nil. The
+	// connections to the counter store must not use it.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Lease is Config.Lease: the lease or TTL to ask the lock service for.
 	Lease time.Duration
 	_     struct{}
@@ -36,12 +44,6 @@ type Config struct {
 	// NewLocker makes one client's Locker. The suite calls it once per
 	// simulated process and closes every Locker it made. Required.
 	NewLocker func(ctx context.Context, c Client) (backends.Locker, error)
-	// Endpoint is the lock service's host:port. When set, every client dials
-	// its own fault proxy in front of it (Client.Endpoint), which the pause
-	// scenarios freeze to stall a holder together with its renewals. When
-	// empty, those scenarios need a Locker that implements
-	// backends.Freezer, and are skipped otherwise. Default empty.
-	Endpoint string
 	// NewStore returns the protected counter named name, creating it at 0 if
 	// it does not exist (worker processes of a chaos run open the counter
 	// their coordinator created); fenced says whether its writes compare
@@ -70,7 +72,7 @@ type Config struct {
 	// waiting for a second client to get the lock. If the lease has not
 	// expired by then, the stalled holder is resumed and the lock is judged
 	// by the counter as usual (a lock that never expires is safe, and
-	// blocks). Default 3 × the Locker's expiry (backends.ExpiryOf) + 2s,
+	// blocks). Default 3 × the Locker's expiry (backends.TTLOf) + 2s,
 	// or 30s when the Locker declares none.
 	StallTimeout time.Duration
 	// Prefix starts every key, counter and lock name the suite makes, so

@@ -26,9 +26,9 @@ func ExampleTest() {
 
 	cfg := suite.NewConfig()
 	cfg.Name = "my-redis-lock"
-	cfg.Endpoint = "127.0.0.1:6379" // each client gets a fault proxy in front of this
 	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
-		return redis.New(redis.Config{Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
+		// c.Dial: every connection through this client's fault path.
+		return redis.New(redis.Config{Addr: "127.0.0.1:6379", Dial: c.Dial, Key: c.Key, Lease: c.Lease})
 	}
 	cfg.NewStore = func(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
 		return fencing.NewPostgres(ctx, pool, "", name, fenced)
@@ -42,6 +42,6 @@ func ExampleTest() {
 func ExampleGinkgoTest() {
 	cfg := suite.NewConfig()
 	cfg.Name = "my-lock"
-	// cfg.NewLocker, cfg.NewStore, cfg.Endpoint as in the Test example.
+	// cfg.NewLocker and cfg.NewStore as in the Test example.
 	suite.GinkgoTest(&cfg)
 }

@@ -245,7 +245,7 @@ func runFailover(ctx context.Context, cfg Config, runID string) (report.Row, err
 	}
 	rec := r.recorder()
 	t0 := rec.Now()
-	expiry, ok := backends.ExpiryOf(a)
+	_, expiry, ok := backends.TTLOf(a)
 	if !ok {
 		expiry = cfg.Lease
 	}

@@ -48,11 +48,7 @@ func explain(cfg Config, scenario string, err error) error {
 	if err == nil || !wentAway(err) {
 		return err
 	}
-	what := "the lock service (" + cfg.Name
-	if cfg.Endpoint != "" {
-		what += " at " + cfg.Endpoint
-	}
-	what += ")"
+	what := "the lock service (" + cfg.Name + ")"
 	var se *load.StepError
 	if errors.As(err, &se) && se.Step != "acquire" ||
 		!errors.As(err, &se) && (strings.Contains(err.Error(), ": read: ") || strings.Contains(err.Error(), ": write: ")) {

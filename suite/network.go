@@ -84,22 +84,21 @@ func runFault(ctx context.Context, cfg Config, runID, scenario string) (report.R
 	if err := r.clients(ctx, 2, true); err != nil {
 		return report.Row{}, err
 	}
-	a := r.lockers[0]
-	expiry, ok := backends.ExpiryOf(a)
-	if !ok {
-		expiry = cfg.Lease
+	if err := r.warm(ctx, 0); err != nil {
+		return report.Row{}, err
 	}
-	ttl, ok := backends.TTLOf(a)
+	a := r.lockers[0]
+	ttl, expiry, ok := backends.TTLOf(a)
 	if !ok {
-		ttl = cfg.Lease
+		ttl, expiry = cfg.Lease, cfg.Lease
 	}
 	fixed := func(d time.Duration) func(time.Time) time.Duration { return func(time.Time) time.Duration { return d } }
 	var f holderFault
 	switch scenario {
 	case PartitionCut, PartitionBlackhole:
-		p := r.proxies[0]
+		p := r.path(0)
 		if p == nil {
-			return report.Row{}, &skipError{"a partition cuts the client's path through its fault proxy: set Config.Endpoint"}
+			return report.Row{}, &skipError{noDial}
 		}
 		f = holderFault{what: "cut A", wait: fixed(stallTimeout(cfg, a)),
 			inject: func(context.Context, backends.Lease) (func() error, error) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -46,7 +47,7 @@ type run struct {
 	cfg     Config
 	key     string
 	lockers []backends.Locker
-	proxies []*faults.Proxy
+	paths   []*faults.Path // each client's way to the lock service; nil if it dials directly
 	stores  []fencing.Store
 
 	// What the run's timeline shows: its sections and its faults.
@@ -75,21 +76,25 @@ func newRun(cfg Config, runID, scenario string) *run {
 	return &run{cfg: cfg, key: fmt.Sprintf("%s/%s/%s/%s/%s-%d", cfg.Prefix, runID, cfg.Name, f, scenario, runSeq.Add(1))}
 }
 
-// clients makes n Lockers; with proxied, each dials its own proxy.
+// directDial dials without a fault path.
+func directDial(ctx context.Context, network, address string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, address)
+}
+
+// clients makes n Lockers; with proxied, each dials through a fault path
+// of its own.
 func (r *run) clients(ctx context.Context, n int, proxied bool) error {
 	for id := range n {
-		ep := r.cfg.Endpoint
-		if proxied && ep != "" {
-			p, err := faults.NewProxy(ep)
-			if err != nil {
-				return err
-			}
-			r.proxies = append(r.proxies, p)
-			ep = p.Addr()
+		dial := directDial
+		if proxied {
+			p := faults.NewPath()
+			r.paths = append(r.paths, p)
+			dial = p.Dial
 		} else {
-			r.proxies = append(r.proxies, nil)
+			r.paths = append(r.paths, nil)
 		}
-		l, err := r.cfg.NewLocker(ctx, Client{ID: id, Key: r.key, Endpoint: ep, Lease: r.cfg.Lease})
+		l, err := r.cfg.NewLocker(ctx, Client{ID: id, Key: r.key, Dial: dial, Lease: r.cfg.Lease})
 		if err != nil {
 			return fmt.Errorf("suite: %s: NewLocker for client %d: %w", r.cfg.Name, id, err)
 		}
@@ -112,7 +117,7 @@ func (r *run) close() {
 		close(r.progress)
 		r.progressDone.Wait()
 	}
-	for _, p := range r.proxies {
+	for _, p := range r.paths {
 		if p != nil {
 			p.Heal()
 		}
@@ -127,7 +132,7 @@ func (r *run) close() {
 		}
 		_ = r.lockers[i].Close()
 	}
-	for _, p := range r.proxies {
+	for _, p := range r.paths {
 		if p != nil {
 			_ = p.Close()
 		}
@@ -182,7 +187,7 @@ func (r *run) started(scenario string, planned time.Duration) {
 // expiry is how long a stalled holder's lease takes to run out, as far as
 // the Locker says, else the stall bound.
 func expiry(cfg Config, l backends.Locker) time.Duration {
-	if e, ok := backends.ExpiryOf(l); ok {
+	if _, e, ok := backends.TTLOf(l); ok {
 		return e
 	}
 	return stallTimeout(cfg, l)
@@ -244,7 +249,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 func (r *run) row(scenario string, res checker.Result, fenced bool, d time.Duration) report.Row {
 	lease := r.cfg.Lease
 	if len(r.lockers) > 0 {
-		if t, ok := backends.TTLOf(r.lockers[0]); ok {
+		if t, _, ok := backends.TTLOf(r.lockers[0]); ok {
 			lease = t
 		}
 	}
@@ -365,22 +370,56 @@ func stallTimeout(cfg Config, l backends.Locker) time.Duration {
 	if cfg.StallTimeout > 0 {
 		return cfg.StallTimeout
 	}
-	if e, ok := backends.ExpiryOf(l); ok {
+	if _, e, ok := backends.TTLOf(l); ok {
 		return 3*e + 2*time.Second
 	}
 	return 30 * time.Second
 }
 
-// freezer returns how to stall client i with its renewals: its proxy, or the
-// Locker's own Freezer; a skip when there is neither.
+// path returns client i's fault path if the client has dialled through it
+// (call it once the client has acquired once); nil otherwise.
+func (r *run) path(i int) *faults.Path {
+	if p := r.paths[i]; p != nil && p.Dials() > 0 {
+		return p
+	}
+	return nil
+}
+
+// noDial is the reason a network fault skips a Locker that dials nothing
+// through Client.Dial.
+const noDial = "the Locker made no connection through Client.Dial, so its network cannot be faulted: pass Client.Dial to the client library's dialer hook, or implement backends.Freezer"
+
+// freezer returns how to stall client i with its renewals: its fault path,
+// or the Locker's own Freezer; a skip when there is neither. Call it once
+// client i has acquired once.
 func (r *run) freezer(i int) (freeze func() (thaw func()), err error) {
-	if p := r.proxies[i]; p != nil {
+	if p := r.path(i); p != nil {
 		return func() func() { p.Freeze(); return p.Thaw }, nil
 	}
 	if f, ok := r.lockers[i].(backends.Freezer); ok {
 		return f.Freeze, nil
 	}
-	return nil, &skipError{"cannot stall a holder: set Config.Endpoint so clients dial a fault proxy, or implement backends.Freezer"}
+	return nil, &skipError{noDial}
+}
+
+// warm lets client i acquire and release the free lock once, so that it
+// has connected (and a fault path knows whether it is used), and skips a
+// fenced run whose Locker gives no token.
+func (r *run) warm(ctx context.Context, i int) error {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	lease, err := load.Acquire(pctx, r.lockers[i])
+	if err != nil {
+		return fmt.Errorf("suite: %s: the first Acquire of a free lock: %w", r.cfg.Name, err)
+	}
+	fence := lease.Fence()
+	if err := lease.Release(ctx); err != nil {
+		return fmt.Errorf("suite: %s: releasing the first lease: %w", r.cfg.Name, err)
+	}
+	if r.cfg.Fenced && fence == 0 {
+		return &skipError{"the backend gives no fencing token (Lease.Fence() is 0)"}
+	}
+	return nil
 }
 
 // runDeterministicPause is the guide's deterministic test. Holder A acquires
@@ -395,14 +434,14 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 	if err := r.clients(ctx, 2, true); err != nil {
 		return report.Row{}, err
 	}
+	if err := r.warm(ctx, 0); err != nil {
+		return report.Row{}, err
+	}
 	freeze, err := r.freezer(0)
 	if err != nil {
 		return report.Row{}, err
 	}
 	a, b := r.lockers[0], r.lockers[1]
-	if err := requireFence(ctx, cfg, b); err != nil {
-		return report.Row{}, err
-	}
 	s, err := r.store(ctx, cfg.Fenced)
 	if err != nil {
 		return report.Row{}, err
@@ -538,6 +577,9 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 	if err := r.clients(ctx, 3, true); err != nil {
 		return report.Row{}, err
 	}
+	if err := r.warm(ctx, 0); err != nil {
+		return report.Row{}, err
+	}
 	freeze, err := r.freezer(0)
 	if err != nil {
 		return report.Row{}, err
@@ -582,7 +624,7 @@ func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (repor
 	}
 	hold(0, askedA, startA)
 	lease := cfg.Lease
-	if t, ok := backends.TTLOf(a); ok {
+	if t, _, ok := backends.TTLOf(a); ok {
 		lease = t
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(lease/4, 20*time.Millisecond))

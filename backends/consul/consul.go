@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -53,6 +54,10 @@ type Config struct {
 	// host. Default nil: https:// addresses and CONSUL_HTTP_SSL use TLS as
 	// api.DefaultConfig sets it up from the environment.
 	TLS *tls.Config
+	// Dial, if not nil, makes every connection to the agent (TLS, if any,
+	// is layered on top): pass suite.Client.Dial, so that the suite can
+	// fault this client's network. Default: TCP.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key names the lock in the KV store. Required.
 	Key string
 	// TTL is the session TTL. Consul refuses TTLs below the server's
@@ -71,8 +76,7 @@ type locker struct {
 
 var (
 	_ backends.Locker       = (*locker)(nil)
-	_ backends.Expirer      = (*locker)(nil)
-	_ backends.Renewer      = (*locker)(nil)
+	_ backends.TTLer        = (*locker)(nil)
 	_ backends.LossNotifier = (*lease)(nil)
 )
 
@@ -100,7 +104,7 @@ func New(cfg Config) (backends.Locker, error) {
 			ac.Token = cfg.Token
 		}
 		// A transport of its own: one Locker is one process's connections.
-		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}
+		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, DialContext: cfg.Dial}
 		if cfg.TLS != nil {
 			ac.Transport.TLSClientConfig = cfg.TLS.Clone()
 			// This transport speaks HTTP/1.1: never offer h2 in ALPN.
@@ -123,10 +127,6 @@ func (l *locker) TTL() time.Duration { return l.ttl }
 
 // Expiry is twice the TTL: Consul's session timer allows that much slack.
 func (l *locker) Expiry() time.Duration { return 2 * l.ttl }
-func (l *locker) Renews() bool          { return true }
-func (l *locker) Describe() string {
-	return fmt.Sprintf("Consul session TTL %v (LockDelay 0, release) renewed every TTL/2, KV acquire, fence = ModifyIndex", l.ttl)
-}
 
 // Acquire tries until it holds the lock or ctx is done. A client stalled while
 // it waited can find its session invalidated ("invalid session"): it starts

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -51,6 +52,10 @@ type Config struct {
 	Address string
 	// Token is an ACL token; empty uses CONSUL_HTTP_TOKEN if set.
 	Token string
+	// Dial, if not nil, makes every connection to the agent (TLS, if any,
+	// is layered on top): pass suite.Client.Dial, so that the suite can
+	// fault this client's network. Default: TCP.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key is the lock's KV key. Required.
 	Key string
 	// TTL is the session TTL (LockOptions.SessionTTL). Consul refuses TTLs
@@ -84,9 +89,7 @@ type locker struct {
 
 var (
 	_ backends.Locker       = (*locker)(nil)
-	_ backends.Expirer      = (*locker)(nil)
-	_ backends.Renewer      = (*locker)(nil)
-	_ backends.Info         = (*locker)(nil)
+	_ backends.TTLer        = (*locker)(nil)
 	_ backends.Cleaner      = (*locker)(nil)
 	_ backends.LossNotifier = (*lease)(nil)
 )
@@ -115,7 +118,7 @@ func New(cfg Config) (backends.Locker, error) {
 			ac.Token = cfg.Token
 		}
 		// A transport of its own: one Locker is one process's connections.
-		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}
+		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, DialContext: cfg.Dial}
 		var err error
 		if c, err = api.NewClient(ac); err != nil {
 			return nil, fmt.Errorf("consullock: client for %q: %w", ac.Address, err)
@@ -145,14 +148,6 @@ func (l *locker) Expiry() time.Duration {
 		d = 15 * time.Second
 	}
 	return 2*l.ttl + d
-}
-func (l *locker) Renews() bool { return true }
-func (l *locker) Describe() string {
-	d := l.delay.String()
-	if l.delay == 0 {
-		d = "15s (server default)"
-	}
-	return fmt.Sprintf("consul/api Lock, session TTL %v renewed every TTL/2, LockDelay %s; no fence", l.ttl, d)
 }
 
 type result struct {

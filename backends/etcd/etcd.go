@@ -15,7 +15,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +48,10 @@ type Config struct {
 	// (etcdctl's --user user:password); the client takes a token at
 	// connect time and renews it. Default none.
 	Username, Password string
+	// Dial, if not nil, makes every connection to the servers (TLS, if any,
+	// is layered on top): pass suite.Client.Dial, so that the suite can
+	// fault this client's network. Default: TCP.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key names the lock. Required.
 	Key string
 	// TTL is the lease's time to live. etcd grants whole seconds: it is
@@ -65,8 +71,7 @@ type locker struct {
 
 var (
 	_ backends.Locker       = (*locker)(nil)
-	_ backends.Expirer      = (*locker)(nil)
-	_ backends.Renewer      = (*locker)(nil)
+	_ backends.TTLer        = (*locker)(nil)
 	_ backends.LossNotifier = (*lease)(nil)
 )
 
@@ -94,6 +99,11 @@ func New(cfg Config) (backends.Locker, error) {
 			Username:    cfg.Username,
 			Password:    cfg.Password,
 		}
+		if cfg.Dial != nil {
+			cc.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return cfg.Dial(ctx, "tcp", addr)
+			})}
+		}
 		c, err := clientv3.New(cc)
 		if err != nil {
 			return nil, fmt.Errorf("etcd: connect %v: %w", cfg.Endpoints, redact.Error(err, cfg.Password))
@@ -107,10 +117,6 @@ func (l *locker) TTL() time.Duration { return time.Duration(l.ttl) * time.Second
 
 // Expiry is TTL plus the lessor's 500 ms expiry check.
 func (l *locker) Expiry() time.Duration { return l.TTL() + 500*time.Millisecond }
-func (l *locker) Renews() bool          { return true }
-func (l *locker) Describe() string {
-	return fmt.Sprintf("etcd lease TTL %ds with keep-alive, txn on create revision, fence = create revision", l.ttl)
-}
 
 // Acquire tries until it holds the lock or ctx is done. A client stalled while
 // it waited can find its lease expired ("requested lease not found"): it

@@ -23,7 +23,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,10 @@ type Config struct {
 	// Endpoints are host:port addresses (as in ETCDCTL_ENDPOINTS); used when
 	// Client is nil.
 	Endpoints []string
+	// Dial, if not nil, makes every connection to the servers (TLS, if any,
+	// is layered on top): pass suite.Client.Dial, so that the suite can
+	// fault this client's network. Default: TCP.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key is the mutex's prefix (concurrency.NewMutex's pfx). Required.
 	// Mutex.Lock takes every key under Key+"/" for a waiter's: a key
 	// there that is not one (data stored under the same name) blocks the
@@ -67,9 +73,7 @@ type locker struct {
 
 var (
 	_ backends.Locker       = (*locker)(nil)
-	_ backends.Expirer      = (*locker)(nil)
-	_ backends.Renewer      = (*locker)(nil)
-	_ backends.Info         = (*locker)(nil)
+	_ backends.TTLer        = (*locker)(nil)
 	_ backends.LossNotifier = (*lease)(nil)
 )
 
@@ -89,7 +93,13 @@ func New(cfg Config) (backends.Locker, error) {
 		if len(cfg.Endpoints) == 0 {
 			return nil, errors.New("etcdmutex: no server: set Config.Client or Config.Endpoints")
 		}
-		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		cc := clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
+		if cfg.Dial != nil {
+			cc.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+				return cfg.Dial(ctx, "tcp", addr)
+			})}
+		}
+		c, err := clientv3.New(cc)
 		if err != nil {
 			return nil, fmt.Errorf("etcdmutex: connect %v: %w", cfg.Endpoints, err)
 		}
@@ -102,10 +112,6 @@ func (l *locker) TTL() time.Duration { return time.Duration(l.ttl) * time.Second
 
 // Expiry is TTL plus the lessor's 500 ms expiry check.
 func (l *locker) Expiry() time.Duration { return l.TTL() + 500*time.Millisecond }
-func (l *locker) Renews() bool          { return true }
-func (l *locker) Describe() string {
-	return fmt.Sprintf("etcd concurrency.Mutex on a Session (TTL %ds, keep-alive), fence = Header().Revision", l.ttl)
-}
 
 // session returns the live session, starting a new one if there is none or
 // its lease is gone. The new session's lease is granted with ctx (and passed

@@ -49,6 +49,10 @@ type Config struct {
 	// Addr, if set, is a host:port that replaces the connection string's
 	// host and port (the suite points it at a fault proxy).
 	Addr string
+	// Dial, if not nil, makes every connection to the server (TLS, if any,
+	// is layered on top): pass suite.Client.Dial, so that the suite can
+	// fault this client's network. Default: TCP.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key names the lock; it is hashed (FNV-64a) to the advisory lock's
 	// bigint key. Required.
 	Key string
@@ -74,7 +78,6 @@ type locker struct {
 var (
 	_ backends.Locker = (*locker)(nil)
 	_ backends.TTLer  = (*locker)(nil)
-	_ backends.Info   = (*locker)(nil)
 	_ backends.Lease  = (*lease)(nil)
 )
 
@@ -95,6 +98,9 @@ func New(cfg Config) (backends.Locker, error) {
 	cc, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
 		return nil, fmt.Errorf("pgxact: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", err)
+	}
+	if cfg.Dial != nil {
+		cc.DialFunc = cfg.Dial
 	}
 	if cfg.Addr != "" {
 		host, port, err := net.SplitHostPort(cfg.Addr)
@@ -118,9 +124,9 @@ func New(cfg Config) (backends.Locker, error) {
 }
 
 func (l *locker) TTL() time.Duration { return l.lease }
-func (l *locker) Describe() string {
-	return fmt.Sprintf("Postgres pg_try_advisory_xact_lock in a transaction, idle_in_transaction_session_timeout %v, no renewal, fence = transaction ID", l.lease)
-}
+
+// Expiry is TTL: the service frees the lease on time.
+func (l *locker) Expiry() time.Duration { return l.TTL() }
 
 // session returns the client's connection, dialing a new one if there is
 // none or the server ended it.

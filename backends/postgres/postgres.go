@@ -49,6 +49,10 @@ type Config struct {
 	// included, and verify-full still checks the connection string's host
 	// name.
 	Addr string
+	// Dial, if not nil, makes every connection to the server (TLS, if any,
+	// is layered on top): pass suite.Client.Dial, so that the suite can
+	// fault this client's network. Default: TCP.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key names the lock; it is hashed (FNV-64a) to the advisory lock's
 	// bigint key. Required.
 	Key string
@@ -73,7 +77,6 @@ type locker struct {
 var (
 	_ backends.Locker       = (*locker)(nil)
 	_ backends.TTLer        = (*locker)(nil)
-	_ backends.Renewer      = (*locker)(nil)
 	_ backends.LossNotifier = (*lease)(nil)
 )
 
@@ -91,6 +94,9 @@ func New(cfg Config) (backends.Locker, error) {
 	cc, err := pgx.ParseConfig(cfg.ConnString)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", err)
+	}
+	if cfg.Dial != nil {
+		cc.DialFunc = cfg.Dial
 	}
 	if cfg.Addr != "" {
 		host, port, err := net.SplitHostPort(cfg.Addr)
@@ -130,10 +136,9 @@ func New(cfg Config) (backends.Locker, error) {
 }
 
 func (l *locker) TTL() time.Duration { return l.lease }
-func (l *locker) Renews() bool       { return true }
-func (l *locker) Describe() string {
-	return fmt.Sprintf("Postgres pg_advisory_lock, idle_session_timeout %v, keep-alive every %v, fence = nextval", l.lease, l.lease/3)
-}
+
+// Expiry is TTL: the service frees the lease on time.
+func (l *locker) Expiry() time.Duration { return l.TTL() }
 
 // Acquire tries until it holds the lock or ctx is done. A client stalled
 // between connecting and asking finds its session ended by

@@ -23,6 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/dialer"
 	"github.com/locksuite/locksuite/internal/redact"
 )
 
@@ -68,9 +69,10 @@ type Config struct {
 	// MasterName is the name the sentinels monitor the primary under.
 	// Required with SentinelAddrs.
 	MasterName string
-	// Dialer, if not nil, makes every connection (to sentinels and to the
-	// primary): the suite puts its fault proxies in it. Default: TCP.
-	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Dial, if not nil, makes every connection (to sentinels and to the
+	// primary; TLS, if any, is layered on top): pass suite.Client.Dial, so
+	// that the suite can fault this client's network. Default: TCP.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Key names the lock. The fencing counter lives at Key+":fence".
 	// Required.
 	Key string
@@ -131,7 +133,7 @@ func New(cfg Config) (backends.Locker, error) {
 			return nil, errors.New("redis: Config.SentinelAddrs without MasterName: name the primary the sentinels monitor")
 		}
 		fo := &goredis.FailoverOptions{MasterName: cfg.MasterName, SentinelAddrs: cfg.SentinelAddrs,
-			DialTimeout: 2 * time.Second, PoolSize: 2, Dialer: cfg.Dialer}
+			DialTimeout: 2 * time.Second, PoolSize: 2}
 		if cfg.URL != "" {
 			o, err := goredis.ParseURL(cfg.URL)
 			if err != nil {
@@ -148,6 +150,9 @@ func New(cfg Config) (backends.Locker, error) {
 		}
 		if cfg.TLS != nil {
 			fo.TLSConfig = cfg.TLS.Clone()
+		}
+		if cfg.Dial != nil {
+			fo.Dialer = dialer.TLS(cfg.Dial, fo.TLSConfig)
 		}
 		l.c, l.own = goredis.NewFailoverClient(fo), true
 	}
@@ -189,8 +194,9 @@ func New(cfg Config) (backends.Locker, error) {
 			}
 		}
 		opts.DialTimeout = 2 * time.Second
-		if cfg.Dialer != nil {
-			opts.Dialer = cfg.Dialer
+		if cfg.Dial != nil {
+			// go-redis's Dialer replaces its own TLS dial: layer TLS here.
+			opts.Dialer = dialer.TLS(cfg.Dial, opts.TLSConfig)
 		}
 		// One connection per Locker: a client is one process holding one lock.
 		opts.PoolSize = 2
@@ -200,9 +206,9 @@ func New(cfg Config) (backends.Locker, error) {
 }
 
 func (l *locker) TTL() time.Duration { return l.lease }
-func (l *locker) Describe() string {
-	return fmt.Sprintf("Redis SET NX PX %v, INCR fence, compare-and-delete release", l.lease)
-}
+
+// Expiry is TTL: the service frees the lease on time.
+func (l *locker) Expiry() time.Duration { return l.TTL() }
 
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	var b [16]byte

@@ -29,6 +29,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/dialer"
 )
 
 // Config describes one client of one redsync lock.
@@ -40,6 +41,10 @@ type Config struct {
 	// Clients is empty. One entry is the single-instance lock; three or
 	// more independent servers make it Redlock.
 	Addrs []string
+	// Dial, if not nil, makes every connection to the servers (TLS, if any,
+	// is layered on top): pass suite.Client.Dial, so that the suite can
+	// fault this client's network. Default: TCP.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key is the lock's name (the Redis key on every server). Required.
 	Key string
 	// Lease is the mutex's expiry (redsync.WithExpiry). Default 8s,
@@ -66,7 +71,6 @@ type locker struct {
 var (
 	_ backends.Locker = (*locker)(nil)
 	_ backends.TTLer  = (*locker)(nil)
-	_ backends.Info   = (*locker)(nil)
 	_ backends.Lease  = (*lease)(nil)
 )
 
@@ -101,6 +105,9 @@ func New(cfg Config) (backends.Locker, error) {
 			}
 			opts.DialTimeout = 2 * time.Second
 			opts.PoolSize = 2 // one Locker is one process's connection
+			if cfg.Dial != nil {
+				opts.Dialer = dialer.TLS(cfg.Dial, opts.TLSConfig)
+			}
 			c := goredis.NewClient(opts)
 			l.own = append(l.own, c)
 			clients = append(clients, c)
@@ -116,12 +123,9 @@ func New(cfg Config) (backends.Locker, error) {
 }
 
 func (l *locker) TTL() time.Duration { return l.lease }
-func (l *locker) Describe() string {
-	if l.nodes == 1 {
-		return fmt.Sprintf("redsync Mutex, expiry %v, one Redis; no renewal, no fence", l.lease)
-	}
-	return fmt.Sprintf("redsync Redlock over %d Redis servers (quorum %d), expiry %v; no renewal, no fence", l.nodes, l.nodes/2+1, l.lease)
-}
+
+// Expiry is TTL: the service frees the lease on time.
+func (l *locker) Expiry() time.Duration { return l.TTL() }
 
 // Acquire calls the mutex's LockContext until it succeeds or ctx is done
 // (LockContext itself gives up after its tries, with ErrFailed or the lock

@@ -6,6 +6,7 @@ package mylock
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -23,8 +24,10 @@ type locker struct {
 	lease  time.Duration
 }
 
-func newLocker(addr, key string, lease time.Duration) *locker {
-	c := goredis.NewClient(&goredis.Options{Addr: addr})
+// Every connection is made by dial (the suite's suite.Client.Dial), so
+// that the suite can stall or cut this client's network.
+func newLocker(addr string, dial func(ctx context.Context, network, addr string) (net.Conn, error), key string, lease time.Duration) *locker {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, Dialer: dial})
 	return &locker{client: c, rs: redsync.New(redsyncgoredis.NewPool(c)), key: key, lease: lease}
 }
 
@@ -44,6 +47,9 @@ func (l *locker) Close() error { return l.client.Close() }
 
 // TTL lets the suite size its waits (backends.TTLer, optional).
 func (l *locker) TTL() time.Duration { return l.lease }
+
+// Expiry is TTL: the service frees the lease on time.
+func (l *locker) Expiry() time.Duration { return l.TTL() }
 
 type lease struct{ m *redsync.Mutex }
 

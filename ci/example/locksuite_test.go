@@ -22,12 +22,13 @@ func TestLocksuite(t *testing.T) {
 	if err := env.Unavailable["redis"]; err != nil {
 		t.Fatal(err) // names the fix: install redis-server (ci/setup.sh) or set REDIS_URL
 	}
+	addr := env.Endpoint("redis") // REDIS_URL's host:port, or the harness's server
 	var cfgs []suite.Config
 	for _, fenced := range []bool{false, true} {
 		cfg := env.Config("redis", fenced)
 		cfg.Name = "mylock"
 		cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
-			return newLocker(c.Endpoint, c.Key, c.Lease), nil // c.Endpoint: this client's fault proxy
+			return newLocker(addr, c.Dial, c.Key, c.Lease), nil // c.Dial: this client's fault path
 		}
 		// A lease alone cannot protect a stalled holder: pin that down, so
 		// that CI fails if the pause scenarios ever stop finding the loss.

@@ -2,17 +2,13 @@ package local
 
 import (
 	"context"
-	"net"
 	"os"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/consul"
 	"github.com/locksuite/locksuite/backends/etcd"
 	"github.com/locksuite/locksuite/backends/redis"
-	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -108,147 +104,19 @@ func newServers(c servers.Cluster) suite.Servers {
 }
 
 // newClusterLocker makes one client of cluster n, whose members (or
-// sentinels) are at addrs. The client dials every member through a fault
-// proxy of its own, made when it first dials that member: Freeze freezes
-// them all, so the pause scenarios stall the client's whole lock traffic,
+// sentinels) are at addrs. Every connection goes through c.Dial, so the
+// suite's fault path stalls or cuts the client's whole lock traffic,
 // renewals included, whichever member it talks to.
 func newClusterLocker(n string, addrs []string, c suite.Client) (backends.Locker, error) {
-	ps := &proxySet{proxies: map[string]*faults.Proxy{}}
-	var (
-		l   backends.Locker
-		err error
-	)
 	switch n {
-	case "etcd-cluster", "consul-cluster":
-		var via []string
-		for _, a := range addrs {
-			pa, err := ps.addr(a)
-			if err != nil {
-				ps.close()
-				return nil, err
-			}
-			via = append(via, pa)
-		}
-		if n == "etcd-cluster" {
-			l, err = etcd.New(etcd.Config{Endpoints: via, Key: c.Key, TTL: c.Lease})
-		} else {
-			l, err = consul.New(consul.Config{Addresses: via, Key: c.Key, TTL: c.Lease})
-		}
+	case "etcd-cluster":
+		return etcd.New(etcd.Config{Endpoints: addrs, Dial: c.Dial, Key: c.Key, TTL: c.Lease})
+	case "consul-cluster":
+		return consul.New(consul.Config{Addresses: addrs, Dial: c.Dial, Key: c.Key, TTL: c.Lease})
 	default:
-		// go-redis dials the sentinels and whatever primary they name: the
-		// proxies go in its Dialer.
-		l, err = redis.New(redis.Config{SentinelAddrs: addrs, MasterName: servers.SentinelMaster, Dialer: ps.dial, Key: c.Key, Lease: c.Lease})
+		// go-redis dials the sentinels and whatever primary they name.
+		return redis.New(redis.Config{SentinelAddrs: addrs, MasterName: servers.SentinelMaster, Dial: c.Dial, Key: c.Key, Lease: c.Lease})
 	}
-	if err != nil {
-		ps.close()
-		return nil, err
-	}
-	return &proxied{Locker: l, ps: ps}, nil
-}
-
-// proxySet is one client's fault proxies, one per server address it dials.
-type proxySet struct {
-	mu      sync.Mutex
-	proxies map[string]*faults.Proxy
-	frozen  bool
-	closed  bool
-}
-
-func (ps *proxySet) addr(target string) (string, error) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if p := ps.proxies[target]; p != nil {
-		return p.Addr(), nil
-	}
-	p, err := faults.NewProxy(target)
-	if err != nil {
-		return "", err
-	}
-	if ps.frozen {
-		p.Freeze()
-	}
-	ps.proxies[target] = p
-	return p.Addr(), nil
-}
-
-func (ps *proxySet) dial(ctx context.Context, network, target string) (net.Conn, error) {
-	a, err := ps.addr(target)
-	if err != nil {
-		return nil, err
-	}
-	d := net.Dialer{Timeout: 2 * time.Second}
-	return d.DialContext(ctx, network, a)
-}
-
-func (ps *proxySet) freeze() (thaw func()) {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	ps.frozen = true
-	for _, p := range ps.proxies {
-		p.Freeze()
-	}
-	return func() {
-		ps.mu.Lock()
-		defer ps.mu.Unlock()
-		ps.frozen = false
-		for _, p := range ps.proxies {
-			p.Thaw()
-		}
-	}
-}
-
-func (ps *proxySet) close() {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	for _, p := range ps.proxies {
-		_ = p.Close()
-	}
-	ps.proxies, ps.closed = nil, true
-}
-
-// proxied is a cluster client behind its proxies: backends.Freezer, and
-// the adapter's own capabilities passed through.
-type proxied struct {
-	backends.Locker
-	ps *proxySet
-}
-
-var (
-	_ backends.Freezer = (*proxied)(nil)
-	_ backends.Expirer = (*proxied)(nil)
-	_ backends.Renewer = (*proxied)(nil)
-	_ backends.Cleaner = (*proxied)(nil)
-)
-
-func (p *proxied) Freeze() (thaw func()) { return p.ps.freeze() }
-func (p *proxied) Close() error {
-	err := p.Locker.Close()
-	p.ps.close()
-	return err
-}
-func (p *proxied) TTL() time.Duration {
-	t, _ := backends.TTLOf(p.Locker)
-	return t
-}
-func (p *proxied) Expiry() time.Duration {
-	e, _ := backends.ExpiryOf(p.Locker)
-	return e
-}
-func (p *proxied) Renews() bool {
-	r, ok := p.Locker.(backends.Renewer)
-	return ok && r.Renews()
-}
-func (p *proxied) Cleanup(ctx context.Context) error {
-	if c, ok := p.Locker.(backends.Cleaner); ok {
-		return c.Cleanup(ctx)
-	}
-	return nil
-}
-func (p *proxied) Describe() string {
-	if d, ok := p.Locker.(backends.Info); ok {
-		return d.Describe()
-	}
-	return ""
 }
 
 // clusterAddrs splits a cluster's endpoint list.

@@ -367,6 +367,12 @@ func consulClient(c *conn) (*consulapi.Client, error) {
 	return consulapi.NewClient(ac)
 }
 
+// Endpoint is the address of the server backend n runs on, as its
+// environment variable would name it (a URL, a DSN, or host:port; comma-
+// separated for several servers); empty if n is not Available. An adapter
+// that is not among this package's dials it through suite.Client.Dial.
+func (e *Env) Endpoint(n string) string { return e.endpoint[service(n)] }
+
 // Available reports whether backend n (of Names, Libraries or Clusters) is
 // running or reachable.
 func (e *Env) Available(n string) bool { return e.endpoint[service(n)] != "" }
@@ -376,9 +382,8 @@ func (e *Env) Available(n string) bool { return e.endpoint[service(n)] != "" }
 // server Start started itself, Config.Servers is set (the server-fault
 // scenarios may stop it and move its clock); for one the user named, never.
 //
-// A cluster's Config has no Endpoint: a client talks to several members,
-// each through a proxy of its own, and the Locker is a backends.Freezer
-// that freezes them all. It has Servers when the harness started the
+// A cluster's client talks to several members, each connection through
+// suite.Client.Dial. Its Config has Servers when the harness started the
 // cluster.
 func (e *Env) Config(n string, fenced bool) suite.Config {
 	if isCluster(n) {
@@ -389,42 +394,38 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 	svc := service(n)
 	ep := e.endpoint[svc]
 	cn := e.conn(svc)
-	cfg.Endpoint = hostPort(svc, ep)
-	// Clients dial a fault proxy: TLS still checks the server's name.
-	serverTLS := withServerName(cn.tls, hostOnly(cfg.Endpoint))
 	cfg.NewStore = e.newStore
 	cfg.Chaos = Chaos(n)
 	cfg.WorkerEnv = e.Environ()
 	if ss, ok := e.started[svc]; ok {
 		cfg.Servers = ss
 	}
+	eps := clusterAddrs(ep)
 	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
 		switch n {
 		case "redis":
 			if strings.Contains(ep, "://") {
-				return redis.New(redis.Config{URL: ep, Addr: c.Endpoint, TLS: cn.tls, Key: c.Key, Lease: c.Lease})
+				return redis.New(redis.Config{URL: ep, TLS: cn.tls, Dial: c.Dial, Key: c.Key, Lease: c.Lease})
 			}
-			return redis.New(redis.Config{Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
+			return redis.New(redis.Config{Addr: ep, Dial: c.Dial, Key: c.Key, Lease: c.Lease})
 		case "postgres":
-			return postgres.New(postgres.Config{ConnString: strings.TrimSpace(ep), Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
+			return postgres.New(postgres.Config{ConnString: strings.TrimSpace(ep), Dial: c.Dial, Key: c.Key, Lease: c.Lease})
 		case "consul":
-			return consul.New(consul.Config{Address: c.Endpoint, Token: cn.token, TLS: serverTLS, Key: c.Key, TTL: c.Lease})
+			return consul.New(consul.Config{Address: ep, Token: cn.token, TLS: cn.tls, Dial: c.Dial, Key: c.Key, TTL: c.Lease})
 		case "etcd":
-			return etcd.New(etcd.Config{Endpoints: []string{c.Endpoint}, TLS: serverTLS, Username: cn.user, Password: cn.password, Key: c.Key, TTL: c.Lease})
+			return etcd.New(etcd.Config{Endpoints: eps, TLS: cn.tls, Username: cn.user, Password: cn.password, Dial: c.Dial, Key: c.Key, TTL: c.Lease})
 		case "consul-lock":
 			// LockWaitTime 1s: an abandoned Acquire's Lock ends within 1s
 			// (Close waits for it), not the library's 15s.
-			return consullock.New(consullock.Config{Address: c.Endpoint, Token: cn.token, Key: c.Key, TTL: c.Lease, LockDelay: consulLockDelay, LockWaitTime: time.Second})
+			return consullock.New(consullock.Config{Address: ep, Token: cn.token, Dial: c.Dial, Key: c.Key, TTL: c.Lease, LockDelay: consulLockDelay, LockWaitTime: time.Second})
 		case "etcd-mutex":
 			// Not c.Key itself: the counter store's keys are under c.Key+"/",
 			// and the mutex would wait for them as for older waiters.
-			return etcdmutex.New(etcdmutex.Config{Endpoints: []string{c.Endpoint}, Key: c.Key + "/mutex", TTL: c.Lease})
+			return etcdmutex.New(etcdmutex.Config{Endpoints: eps, Dial: c.Dial, Key: c.Key + "/mutex", TTL: c.Lease})
 		case "pg-xact":
-			return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(ep), Addr: c.Endpoint, Key: c.Key, Lease: c.Lease})
-		case "redsync":
-			return redsync.New(redsync.Config{Addrs: []string{redisAddr(ep, c.Endpoint)}, Key: c.Key, Lease: c.Lease})
-		case "redsync-3":
-			return newRedlock(strings.Split(ep, ","), c)
+			return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(ep), Dial: c.Dial, Key: c.Key, Lease: c.Lease})
+		case "redsync", "redsync-3":
+			return redsync.New(redsync.Config{Addrs: eps, Dial: c.Dial, Key: c.Key, Lease: c.Lease})
 		}
 		return nil, fmt.Errorf("local: unknown backend %q", n)
 	}

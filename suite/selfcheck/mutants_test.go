@@ -206,6 +206,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	unfenced, fenced := env.Config("redis", false), env.Config("redis", true)
+	addr := env.Endpoint("redis")
 	unfenced.Duration, fenced.Duration = time.Second, time.Second
 	wrap := func(base suite.Config, f func(l backends.Locker, c suite.Client) backends.Locker) suite.Config {
 		cfg := base
@@ -221,12 +222,12 @@ func TestMutantsAreCaught(t *testing.T) {
 	own := func(base suite.Config, nx bool, mode renewMode) suite.Config {
 		cfg := base
 		cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
-			return &renewingRedis{c: goredis.NewClient(&goredis.Options{Addr: c.Endpoint}), key: c.Key, lease: c.Lease, nx: nx, renew: mode}, nil
+			return &renewingRedis{c: goredis.NewClient(&goredis.Options{Addr: addr, Dialer: c.Dial}), key: c.Key, lease: c.Lease, nx: nx, renew: mode}, nil
 		}
 		return cfg
 	}
 	delMutant := wrap(unfenced, func(l backends.Locker, c suite.Client) backends.Locker {
-		return &delRelease{Locker: l, c: goredis.NewClient(&goredis.Options{Addr: c.Endpoint}), key: c.Key}
+		return &delRelease{Locker: l, c: goredis.NewClient(&goredis.Options{Addr: addr, Dialer: c.Dial}), key: c.Key}
 	})
 	constMutant := wrap(fenced, func(l backends.Locker, _ suite.Client) backends.Locker { return constFence{l} })
 	blindMutant := fenced
