@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/fencing/etcdstore"
+	"github.com/locksuite/locksuite/fencing/pgstore"
 	"github.com/locksuite/locksuite/harness/servers"
 )
 
@@ -45,9 +47,9 @@ func TestStores(t *testing.T) {
 	defer ec.Close()
 	open := map[string]func(name string, fenced bool) (fencing.Store, error){
 		"postgres": func(name string, fenced bool) (fencing.Store, error) {
-			return fencing.NewPostgres(ctx, pool, "", name, fenced)
+			return pgstore.New(ctx, pool, "", name, fenced)
 		},
-		"etcd": func(name string, fenced bool) (fencing.Store, error) { return fencing.NewEtcd(ctx, ec, name, fenced) },
+		"etcd": func(name string, fenced bool) (fencing.Store, error) { return etcdstore.New(ctx, ec, name, fenced) },
 	}
 	type step struct {
 		op     string // "read" or "write"
@@ -137,10 +139,10 @@ func TestPostgresRefusesForeignTable(t *testing.T) {
 	must2(pool.Exec(ctx, `CREATE TABLE billing (name text PRIMARY KEY, value bigint NOT NULL, fence bigint NOT NULL)`))
 	must2(pool.Exec(ctx, `COMMENT ON TABLE billing IS 'invoices, do not touch'`))
 	for _, table := range []string{"", "billing"} {
-		_, err := fencing.NewPostgres(ctx, pool, table, "locksuite/test/x", false)
+		_, err := pgstore.New(ctx, pool, table, "locksuite/test/x", false)
 		name := table
 		if name == "" {
-			name = fencing.DefaultTable
+			name = pgstore.DefaultTable
 		}
 		if err == nil || !strings.Contains(err.Error(), "table "+name+" exists but was not created by locksuite") || !strings.Contains(err.Error(), "pass another table name") {
 			t.Errorf("table %q: err %v, want a refusal naming the table and the fix", name, err)
@@ -158,7 +160,7 @@ func TestPostgresRefusesForeignTable(t *testing.T) {
 	errs := make(chan error, 8)
 	for i := range 8 {
 		go func() {
-			s, err := fencing.NewPostgres(ctx, pool, "locksuite_fresh", fmt.Sprintf("locksuite/test/%d", i), true)
+			s, err := pgstore.New(ctx, pool, "locksuite_fresh", fmt.Sprintf("locksuite/test/%d", i), true)
 			if err == nil {
 				err = s.Write(ctx, 1, 1)
 			}
@@ -171,7 +173,7 @@ func TestPostgresRefusesForeignTable(t *testing.T) {
 		}
 	}
 	must(pool.QueryRow(ctx, `SELECT obj_description('locksuite_fresh'::regclass, 'pg_class')`).Scan(&comment))
-	if comment == nil || *comment != fencing.TableMark {
-		t.Errorf("the created table's comment is %v, want the mark %q", comment, fencing.TableMark)
+	if comment == nil || *comment != pgstore.TableMark {
+		t.Errorf("the created table's comment is %v, want the mark %q", comment, pgstore.TableMark)
 	}
 }

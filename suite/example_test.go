@@ -9,6 +9,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/redis"
 	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/fencing/pgstore"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -31,7 +32,7 @@ func ExampleTest() {
 		return redis.New(redis.Config{Addr: "127.0.0.1:6379", Dial: c.Dial, Key: c.Key, Lease: c.Lease})
 	}
 	cfg.NewStore = func(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
-		return fencing.NewPostgres(ctx, pool, "", name, fenced)
+		return pgstore.New(ctx, pool, "", name, fenced)
 	}
 	cfg.Fenced = true // the configuration you ship must keep the invariant
 	suite.Test(t, cfg)

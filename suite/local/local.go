@@ -51,6 +51,8 @@ import (
 	"github.com/locksuite/locksuite/backends/redis"
 	"github.com/locksuite/locksuite/backends/redsync"
 	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/fencing/etcdstore"
+	"github.com/locksuite/locksuite/fencing/pgstore"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/redact"
 	"github.com/locksuite/locksuite/suite"
@@ -457,9 +459,9 @@ func (e *Env) clusterConfig(n string, fenced bool) suite.Config {
 
 func (e *Env) newStore(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
 	if e.pool != nil {
-		return fencing.NewPostgres(ctx, e.pool, "", name, fenced)
+		return pgstore.New(ctx, e.pool, "", name, fenced)
 	}
-	return fencing.NewEtcd(ctx, e.etcd, name, fenced)
+	return etcdstore.New(ctx, e.etcd, name, fenced)
 }
 
 // hostPort extracts the host:port a fault proxy forwards to.
