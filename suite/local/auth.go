@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/locksuite/locksuite/harness/servers"
@@ -41,111 +44,201 @@ type conn struct {
 	secrets []string
 }
 
-// envVars lists, per backend, the variables read from the environment.
-var envVars = map[string][]string{
-	"redis":    {"REDIS_URL", RedisCACertEnv},
-	"postgres": {"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
-	"consul":   {"CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_SSL", "CONSUL_HTTP_SSL_VERIFY", "CONSUL_CACERT", "CONSUL_CAPATH", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME"},
-	"etcd":     {"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
-}
-
-// fromEnv returns the connection the environment names for n, or nil.
-func fromEnv(n string) (*conn, error) {
-	c := &conn{}
-	for _, v := range envVars[n] {
-		if val, ok := os.LookupEnv(v); ok {
-			c.env = append(c.env, v+"="+val)
-		}
+// redisFromEnv reads REDIS_URL and LOCKSUITE_REDIS_CACERT.
+func redisFromEnv() (*conn, error) {
+	c := &conn{endpoint: os.Getenv("REDIS_URL")}
+	if c.endpoint == "" {
+		return nil, nil
 	}
-	switch n {
-	case "redis":
-		c.endpoint = os.Getenv("REDIS_URL")
-		if c.endpoint == "" {
-			return nil, nil
-		}
-		o, err := goredis.ParseURL(c.endpoint)
+	const n = "redis"
+	o, err := goredis.ParseURL(c.endpoint)
+	if err != nil {
+		return nil, &servers.Unavailable{Backend: n, Err: redact.Error(fmt.Errorf("REDIS_URL %s: %w", redact.URL(c.endpoint), err)),
+			Fix: "set REDIS_URL to redis://[user:password@]host:port/db, or rediss:// for TLS"}
+	}
+	c.secrets = append(c.secrets, o.Password)
+	c.tls = o.TLSConfig
+	if f := os.Getenv(RedisCACertEnv); f != "" {
+		pool, err := loadCA(f)
 		if err != nil {
-			return nil, &servers.Unavailable{Backend: n, Err: redact.Error(fmt.Errorf("REDIS_URL %s: %w", redact.URL(c.endpoint), err)),
-				Fix: "set REDIS_URL to redis://[user:password@]host:port/db, or rediss:// for TLS"}
+			return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the server's CA"}
 		}
-		c.secrets = append(c.secrets, o.Password)
-		c.tls = o.TLSConfig
-		if f := os.Getenv(RedisCACertEnv); f != "" {
-			pool, err := loadCA(f)
-			if err != nil {
-				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the server's CA"}
-			}
-			if c.tls == nil {
-				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s is set but REDIS_URL is not rediss://", RedisCACertEnv),
-					Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
-			}
-			c.tls.RootCAs = pool
+		if c.tls == nil {
+			return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s is set but REDIS_URL is not rediss://", RedisCACertEnv),
+				Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
 		}
-	case "postgres":
-		if u := os.Getenv("DATABASE_URL"); u != "" {
-			c.endpoint = u
-		} else if os.Getenv("PGHOST") != "" {
-			c.endpoint = " " // libpq's variables: pgx reads them from an empty DSN
-		} else {
-			return nil, nil
-		}
-		c.secrets = append(c.secrets, os.Getenv("PGPASSWORD"))
-		if pc, err := pgconn.ParseConfig(strings.TrimSpace(c.endpoint)); err == nil {
-			c.secrets = append(c.secrets, pc.Password)
-		} else {
-			return nil, &servers.Unavailable{Backend: n, Err: err, Fix: "check DATABASE_URL (postgres://user:password@host:port/db?sslmode=...) and the PG* variables"}
-		}
-	case "consul":
-		c.endpoint = os.Getenv("CONSUL_HTTP_ADDR")
-		if c.endpoint == "" {
-			return nil, nil
-		}
-		ac := consulapi.DefaultConfig() // reads every CONSUL_* variable above
-		c.token = ac.Token
-		c.secrets = append(c.secrets, c.token)
-		if strings.HasPrefix(c.endpoint, "https://") || ac.Scheme == "https" {
-			if ac.TLSConfig.Address == "" {
-				ac.TLSConfig.Address = hostOnly(hostPort("consul", c.endpoint))
-			}
-			t, err := consulapi.SetupTLSConfig(&ac.TLSConfig)
-			if err != nil {
-				return nil, &servers.Unavailable{Backend: n, Err: err, Fix: "check CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY"}
-			}
-			c.tls = t
-		}
-	case "etcd":
-		c.endpoint = os.Getenv("ETCDCTL_ENDPOINTS")
-		if c.endpoint == "" {
-			return nil, nil
-		}
-		c.user, c.password, _ = strings.Cut(os.Getenv("ETCDCTL_USER"), ":")
-		if p := os.Getenv("ETCDCTL_PASSWORD"); p != "" {
-			c.password = p
-		}
-		c.secrets = append(c.secrets, c.password)
-		ca, cert, key := os.Getenv("ETCDCTL_CACERT"), os.Getenv("ETCDCTL_CERT"), os.Getenv("ETCDCTL_KEY")
-		if strings.Contains(c.endpoint, "https://") || ca != "" || cert != "" {
-			t := &tls.Config{MinVersion: tls.VersionTLS12}
-			t.InsecureSkipVerify = os.Getenv("ETCDCTL_INSECURE_SKIP_TLS_VERIFY") == "true"
-			fix := "check ETCDCTL_CACERT, ETCDCTL_CERT and ETCDCTL_KEY (PEM files)"
-			if ca != "" {
-				pool, err := loadCA(ca)
-				if err != nil {
-					return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("ETCDCTL_CACERT: %w", err), Fix: fix}
-				}
-				t.RootCAs = pool
-			}
-			if cert != "" || key != "" {
-				kp, err := tls.LoadX509KeyPair(cert, key)
-				if err != nil {
-					return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("ETCDCTL_CERT, ETCDCTL_KEY: %w", err), Fix: fix}
-				}
-				t.Certificates = []tls.Certificate{kp}
-			}
-			c.tls = t
-		}
+		c.tls.RootCAs = pool
 	}
 	return c, nil
+}
+
+// postgresFromEnv reads DATABASE_URL, or libpq's PG* variables.
+func postgresFromEnv() (*conn, error) {
+	c := &conn{}
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		c.endpoint = u
+	} else if os.Getenv("PGHOST") != "" {
+		c.endpoint = " " // libpq's variables: pgx reads them from an empty DSN
+	} else {
+		return nil, nil
+	}
+	c.secrets = append(c.secrets, os.Getenv("PGPASSWORD"))
+	pc, err := pgconn.ParseConfig(strings.TrimSpace(c.endpoint))
+	if err != nil {
+		return nil, &servers.Unavailable{Backend: "postgres", Err: err, Fix: "check DATABASE_URL (postgres://user:password@host:port/db?sslmode=...) and the PG* variables"}
+	}
+	c.secrets = append(c.secrets, pc.Password)
+	return c, nil
+}
+
+// consulFromEnv reads CONSUL_HTTP_ADDR and the CONSUL_* variables that
+// consul/api reads.
+func consulFromEnv() (*conn, error) {
+	c := &conn{endpoint: os.Getenv("CONSUL_HTTP_ADDR")}
+	if c.endpoint == "" {
+		return nil, nil
+	}
+	ac := consulapi.DefaultConfig() // reads every CONSUL_* variable
+	c.token = ac.Token
+	c.secrets = append(c.secrets, c.token)
+	if strings.HasPrefix(c.endpoint, "https://") || ac.Scheme == "https" {
+		if ac.TLSConfig.Address == "" {
+			ac.TLSConfig.Address = hostOnly(stripScheme(c.endpoint))
+		}
+		t, err := consulapi.SetupTLSConfig(&ac.TLSConfig)
+		if err != nil {
+			return nil, &servers.Unavailable{Backend: "consul", Err: err, Fix: "check CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY"}
+		}
+		c.tls = t
+	}
+	return c, nil
+}
+
+// etcdFromEnv reads ETCDCTL_ENDPOINTS and the ETCDCTL_* variables that
+// etcdctl reads.
+func etcdFromEnv() (*conn, error) {
+	c := &conn{endpoint: os.Getenv("ETCDCTL_ENDPOINTS")}
+	if c.endpoint == "" {
+		return nil, nil
+	}
+	c.user, c.password, _ = strings.Cut(os.Getenv("ETCDCTL_USER"), ":")
+	if p := os.Getenv("ETCDCTL_PASSWORD"); p != "" {
+		c.password = p
+	}
+	c.secrets = append(c.secrets, c.password)
+	ca, cert, key := os.Getenv("ETCDCTL_CACERT"), os.Getenv("ETCDCTL_CERT"), os.Getenv("ETCDCTL_KEY")
+	if !strings.Contains(c.endpoint, "https://") && ca == "" && cert == "" {
+		return c, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	t.InsecureSkipVerify = os.Getenv("ETCDCTL_INSECURE_SKIP_TLS_VERIFY") == "true"
+	fix := "check ETCDCTL_CACERT, ETCDCTL_CERT and ETCDCTL_KEY (PEM files)"
+	if ca != "" {
+		pool, err := loadCA(ca)
+		if err != nil {
+			return nil, &servers.Unavailable{Backend: "etcd", Err: fmt.Errorf("ETCDCTL_CACERT: %w", err), Fix: fix}
+		}
+		t.RootCAs = pool
+	}
+	if cert != "" || key != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, &servers.Unavailable{Backend: "etcd", Err: fmt.Errorf("ETCDCTL_CERT, ETCDCTL_KEY: %w", err), Fix: fix}
+		}
+		t.Certificates = []tls.Certificate{kp}
+	}
+	c.tls = t
+	return c, nil
+}
+
+// probeRedis: PING, over TLS and with the URL's credentials if any.
+func probeRedis(ctx context.Context, c *conn) error {
+	o := &goredis.Options{Addr: c.endpoint}
+	if strings.Contains(c.endpoint, "://") {
+		var err error
+		if o, err = goredis.ParseURL(c.endpoint); err != nil {
+			return err
+		}
+	}
+	if c.tls != nil {
+		o.TLSConfig = c.tls
+	}
+	o.DialTimeout, o.MaxRetries = 3*time.Second, -1
+	rc := goredis.NewClient(o)
+	defer rc.Close()
+	return rc.Ping(ctx).Err()
+}
+
+// probePostgres: a connection, and a ping on it.
+func probePostgres(ctx context.Context, c *conn) error {
+	p, err := pgxpool.New(ctx, strings.TrimSpace(c.endpoint))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return p.Ping(ctx)
+}
+
+// probeConsul: the leader (public), then a key read (needs the token).
+func probeConsul(ctx context.Context, c *conn) error {
+	cc, err := consulClient(c)
+	if err != nil {
+		return err
+	}
+	if _, err = cc.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx)); err != nil {
+		return err
+	}
+	_, _, err = cc.KV().Get("locksuite/probe", (&consulapi.QueryOptions{}).WithContext(ctx))
+	return err
+}
+
+// probeEtcd: the first endpoint's status (public), then a read (needs the
+// user).
+func probeEtcd(ctx context.Context, c *conn) error {
+	ec, err := c.etcdClient()
+	if err != nil {
+		return err
+	}
+	defer ec.Close()
+	if _, err = ec.Status(ctx, c.addrs()[0]); err != nil {
+		return err
+	}
+	_, err = ec.Get(ctx, "locksuite/probe")
+	return err
+}
+
+// urlHost is the host:port of a redis:// URL, or the endpoint itself.
+func urlHost(ep string) string {
+	ep = strings.TrimSpace(ep)
+	if strings.Contains(ep, "://") {
+		if u, err := url.Parse(ep); err == nil {
+			return u.Host
+		}
+	}
+	return ep
+}
+
+// stripScheme is ep without http:// or https://.
+func stripScheme(ep string) string {
+	ep = strings.TrimSpace(ep)
+	return strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
+}
+
+// pgHostPort is the host:port of a URL, a key=value DSN or libpq's
+// variables: pgx knows where.
+func pgHostPort(ep string) string {
+	if pc, err := pgconn.ParseConfig(strings.TrimSpace(ep)); err == nil {
+		return net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port)))
+	}
+	return ep
+}
+
+// hostPort is the host:port of the first server of s at ep.
+func (s *service) hostPort(ep string) string {
+	if s.hostPortOf != nil {
+		return s.hostPortOf(ep)
+	}
+	return strings.TrimSpace(ep)
 }
 
 func loadCA(file string) (*x509.CertPool, error) {
@@ -181,106 +274,129 @@ func withServerName(t *tls.Config, host string) *tls.Config {
 	return t
 }
 
-// unavailable explains why a named server could not be reached: the
-// problem (authentication failed, server requires TLS, certificate not
-// trusted, ...) and which variable fixes it. Secrets are masked.
-func unavailable(n string, c *conn, err error) error {
-	msg := err.Error()
-	problem, fix := "", ""
-	has := func(subs ...string) bool {
-		for _, s := range subs {
-			if strings.Contains(msg, s) {
-				return true
-			}
+// symptoms is what a failed probe shows: its error, its text, and the
+// connection it used.
+type symptoms struct {
+	err  error
+	msg  string
+	c    *conn
+	addr string // the server's host:port
+}
+
+// has reports whether the error's text contains any of subs.
+func (s symptoms) has(subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s.msg, sub) {
+			return true
 		}
-		return false
 	}
-	if c.tls != nil && n != "postgres" {
+	return false
+}
+
+// untrusted reports a certificate the client does not trust.
+func (s symptoms) untrusted() bool {
+	return s.has("x509:", "certificate signed by unknown authority", "certificate is not valid", "certificate is valid for")
+}
+
+// plainToTLS reports a plain client refused by a server that wants TLS.
+func (s symptoms) plainToTLS() bool { return s.c.tls == nil && speaksTLS(s.addr) }
+
+// unavailable explains why a named server of service sv could not be
+// reached: the problem (authentication failed, server requires TLS,
+// certificate not trusted, ...) and which variable fixes it. Secrets are
+// masked.
+func unavailable(sv *service, c *conn, err error) error {
+	addr := sv.hostPort(c.endpoint)
+	if c.tls != nil && sv.name != "postgres" {
 		// A TLS failure can hide behind a timeout (gRPC retries until its
 		// deadline): shake hands once more, alone, to see it.
 		var op *net.OpError
-		if terr := tlsProblem(hostPort(n, c.endpoint), c.tls); terr != nil && !(errors.As(terr, &op) && op.Op == "dial") {
+		if terr := tlsProblem(addr, c.tls); terr != nil && !(errors.As(terr, &op) && op.Op == "dial") {
 			err = fmt.Errorf("%w; TLS handshake: %v", err, terr)
-			msg = err.Error()
 		}
 	}
-	var pe *pgconn.PgError
-	untrusted := has("x509:", "certificate signed by unknown authority", "certificate is not valid", "certificate is valid for")
-	switch n {
-	case "redis":
-		switch {
-		case has("WRONGPASS"):
-			problem, fix = "authentication failed: wrong user name or password", "put the right ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
-		case has("NOAUTH", "NOPERM"):
-			problem, fix = "authentication failed: the server requires a password", "put the ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
-		case untrusted:
-			problem, fix = "the server's TLS certificate is not trusted", "set "+RedisCACertEnv+" to a PEM file of the CA that signed it"
-		case c.tls == nil && speaksTLS(hostPort(n, c.endpoint)):
-			problem, fix = "server requires TLS", "use a rediss:// URL in REDIS_URL (and "+RedisCACertEnv+" for a private CA)"
-		case c.tls != nil && has("first record does not look like a TLS handshake"):
-			problem, fix = "the server does not speak TLS", "use a redis:// URL in REDIS_URL"
-		default:
-			fix = "check REDIS_URL (redis://[user:password@]host:port/db, rediss:// for TLS), or unset it to let the harness start redis-server"
-		}
-	case "postgres":
-		switch {
-		case errors.As(err, &pe) && pe.Code == "28P01":
-			problem, fix = "authentication failed: wrong password", "set the password in PGPASSWORD or in DATABASE_URL (postgres://user:password@host:port/db)"
-		case errors.As(err, &pe) && pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
-			problem, fix = "server requires TLS (pg_hba.conf refuses plain connections)", "set PGSSLMODE=require (or verify-full with PGSSLROOTCERT), or sslmode= in DATABASE_URL"
-		case errors.As(err, &pe) && pe.Code == "28000":
-			problem, fix = "authentication failed: pg_hba.conf has no entry for this user and host", "check PGUSER and the server's pg_hba.conf"
-		case untrusted:
-			problem, fix = "the server's TLS certificate is not trusted", "set PGSSLROOTCERT (or sslrootcert= in DATABASE_URL) to a PEM file of its CA"
-		case has("server refused TLS connection"):
-			problem, fix = "the server does not offer TLS", "set PGSSLMODE=prefer or disable, or sslmode= in DATABASE_URL"
-		default:
-			fix = "check DATABASE_URL or the PG* variables, or unset them to let the harness make a throwaway cluster"
-		}
-	case "consul":
-		switch {
-		case has("403") && has("ACL not found"):
-			problem, fix = "authentication failed: the agent does not know the token", "set CONSUL_HTTP_TOKEN to a valid ACL token (key:write on the suite's prefix, session:write)"
-		case has("403", "Permission denied"):
-			problem, fix = "authentication failed: no token, or one without permission", "set CONSUL_HTTP_TOKEN to an ACL token with key:write on the suite's prefix and session:write"
-		case untrusted:
-			problem, fix = "the agent's TLS certificate is not trusted", "set CONSUL_CACERT to a PEM file of the CA that signed it"
-		case has("HTTP request to an HTTPS server") || c.tls == nil && speaksTLS(hostPort(n, c.endpoint)):
-			problem, fix = "server requires TLS", "set CONSUL_HTTP_SSL=true (or use an https:// CONSUL_HTTP_ADDR) and CONSUL_CACERT"
-		case c.tls != nil && has("server gave HTTP response to HTTPS client"):
-			problem, fix = "the agent does not speak TLS", "unset CONSUL_HTTP_SSL and use an http:// CONSUL_HTTP_ADDR"
-		default:
-			fix = "check CONSUL_HTTP_ADDR (host:port of an agent), or unset it to let the harness start one"
-		}
-	case "etcd":
-		switch {
-		case has("authentication failed"):
-			problem, fix = "authentication failed: wrong user name or password", "set ETCDCTL_USER=user:password (or ETCDCTL_PASSWORD)"
-		case has("user name is empty", "user name not found", "permission denied", "invalid auth token"):
-			problem, fix = "authentication failed: the server requires a user", "set ETCDCTL_USER=user:password (or ETCDCTL_PASSWORD)"
-		case has("certificate required", "bad certificate"):
-			problem, fix = "the server requires a client certificate", "set ETCDCTL_CERT and ETCDCTL_KEY to a client certificate and key (PEM) its CA signed"
-		case untrusted:
-			problem, fix = "the server's TLS certificate is not trusted", "set ETCDCTL_CACERT to a PEM file of the CA that signed it"
-		case c.tls == nil && speaksTLS(hostPort(n, c.endpoint)):
-			problem, fix = "server requires TLS", "use https:// endpoints in ETCDCTL_ENDPOINTS and set ETCDCTL_CACERT (and ETCDCTL_CERT, ETCDCTL_KEY if it asks for a client certificate)"
-		default:
-			fix = "check ETCDCTL_ENDPOINTS (host:port,...), or unset it to use the embedded server"
-		}
+	problem, fix := "", ""
+	if sv.diagnose != nil {
+		problem, fix = sv.diagnose(symptoms{err: err, msg: err.Error(), c: c, addr: addr})
 	}
 	if problem == "" {
 		// A server that accepts the connection but fails the probe in no
 		// way recognized above is most likely another kind of server.
-		addr := hostPort(n, c.endpoint)
 		if tc, derr := net.DialTimeout("tcp", addr, time.Second); derr == nil {
 			tc.Close()
-			problem = fmt.Sprintf("%s accepts connections but does not answer as %s (is it another kind of server?)", addr, n)
+			problem = fmt.Sprintf("%s accepts connections but does not answer as %s (is it another kind of server?)", addr, sv.name)
 		}
 	}
 	if problem != "" {
 		err = fmt.Errorf("%s (%w)", problem, err)
 	}
-	return &servers.Unavailable{Backend: n, Err: redact.Error(err, c.secrets...), Fix: fix}
+	return &servers.Unavailable{Backend: sv.name, Err: redact.Error(err, c.secrets...), Fix: fix}
+}
+
+func diagnoseRedis(s symptoms) (problem, fix string) {
+	switch {
+	case s.has("WRONGPASS"):
+		return "authentication failed: wrong user name or password", "put the right ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
+	case s.has("NOAUTH", "NOPERM"):
+		return "authentication failed: the server requires a password", "put the ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "set " + RedisCACertEnv + " to a PEM file of the CA that signed it"
+	case s.plainToTLS():
+		return "server requires TLS", "use a rediss:// URL in REDIS_URL (and " + RedisCACertEnv + " for a private CA)"
+	case s.c.tls != nil && s.has("first record does not look like a TLS handshake"):
+		return "the server does not speak TLS", "use a redis:// URL in REDIS_URL"
+	}
+	return "", "check REDIS_URL (redis://[user:password@]host:port/db, rediss:// for TLS), or unset it to let the harness start redis-server"
+}
+
+func diagnosePostgres(s symptoms) (problem, fix string) {
+	var pe *pgconn.PgError
+	isPg := errors.As(s.err, &pe)
+	switch {
+	case isPg && pe.Code == "28P01":
+		return "authentication failed: wrong password", "set the password in PGPASSWORD or in DATABASE_URL (postgres://user:password@host:port/db)"
+	case isPg && pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
+		return "server requires TLS (pg_hba.conf refuses plain connections)", "set PGSSLMODE=require (or verify-full with PGSSLROOTCERT), or sslmode= in DATABASE_URL"
+	case isPg && pe.Code == "28000":
+		return "authentication failed: pg_hba.conf has no entry for this user and host", "check PGUSER and the server's pg_hba.conf"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "set PGSSLROOTCERT (or sslrootcert= in DATABASE_URL) to a PEM file of its CA"
+	case s.has("server refused TLS connection"):
+		return "the server does not offer TLS", "set PGSSLMODE=prefer or disable, or sslmode= in DATABASE_URL"
+	}
+	return "", "check DATABASE_URL or the PG* variables, or unset them to let the harness make a throwaway cluster"
+}
+
+func diagnoseConsul(s symptoms) (problem, fix string) {
+	switch {
+	case s.has("403") && s.has("ACL not found"):
+		return "authentication failed: the agent does not know the token", "set CONSUL_HTTP_TOKEN to a valid ACL token (key:write on the suite's prefix, session:write)"
+	case s.has("403", "Permission denied"):
+		return "authentication failed: no token, or one without permission", "set CONSUL_HTTP_TOKEN to an ACL token with key:write on the suite's prefix and session:write"
+	case s.untrusted():
+		return "the agent's TLS certificate is not trusted", "set CONSUL_CACERT to a PEM file of the CA that signed it"
+	case s.has("HTTP request to an HTTPS server") || s.plainToTLS():
+		return "server requires TLS", "set CONSUL_HTTP_SSL=true (or use an https:// CONSUL_HTTP_ADDR) and CONSUL_CACERT"
+	case s.c.tls != nil && s.has("server gave HTTP response to HTTPS client"):
+		return "the agent does not speak TLS", "unset CONSUL_HTTP_SSL and use an http:// CONSUL_HTTP_ADDR"
+	}
+	return "", "check CONSUL_HTTP_ADDR (host:port of an agent), or unset it to let the harness start one"
+}
+
+func diagnoseEtcd(s symptoms) (problem, fix string) {
+	switch {
+	case s.has("authentication failed"):
+		return "authentication failed: wrong user name or password", "set ETCDCTL_USER=user:password (or ETCDCTL_PASSWORD)"
+	case s.has("user name is empty", "user name not found", "permission denied", "invalid auth token"):
+		return "authentication failed: the server requires a user", "set ETCDCTL_USER=user:password (or ETCDCTL_PASSWORD)"
+	case s.has("certificate required", "bad certificate"):
+		return "the server requires a client certificate", "set ETCDCTL_CERT and ETCDCTL_KEY to a client certificate and key (PEM) its CA signed"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "set ETCDCTL_CACERT to a PEM file of the CA that signed it"
+	case s.plainToTLS():
+		return "server requires TLS", "use https:// endpoints in ETCDCTL_ENDPOINTS and set ETCDCTL_CACERT (and ETCDCTL_CERT, ETCDCTL_KEY if it asks for a client certificate)"
+	}
+	return "", "check ETCDCTL_ENDPOINTS (host:port,...), or unset it to use the embedded server"
 }
 
 // tlsProblem returns the error a TLS client with configuration t meets at

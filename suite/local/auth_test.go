@@ -28,7 +28,8 @@ func TestCredentialsFromEnv(t *testing.T) {
 	}
 	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}}
 	for _, n := range Names {
-		c, err := fromEnv(n)
+		s, _ := serviceOf(n)
+		c, err := s.named()
 		if err != nil || c == nil {
 			t.Fatalf("%s: %v, %v", n, c, err)
 		}
@@ -38,8 +39,8 @@ func TestCredentialsFromEnv(t *testing.T) {
 	if r.tls == nil || r.tls.ServerName != "127.0.0.1" || !slices.Contains(r.secrets, "redispw") {
 		t.Errorf("redis: TLS %v, secrets %q: want rediss:// TLS for 127.0.0.1 and the URL's password as a secret", r.tls, r.secrets)
 	}
-	if !slices.Contains(p.secrets, "pgpw") || hostPort("postgres", p.endpoint) != "127.0.0.1:5433" {
-		t.Errorf("postgres: secrets %q, address %s", p.secrets, hostPort("postgres", p.endpoint))
+	if !slices.Contains(p.secrets, "pgpw") || pgHostPort(p.endpoint) != "127.0.0.1:5433" {
+		t.Errorf("postgres: secrets %q, address %s", p.secrets, pgHostPort(p.endpoint))
 	}
 	if cs.token != "consul-token" || cs.tls == nil {
 		t.Errorf("consul: token %q, TLS %v", cs.token, cs.tls)

@@ -24,32 +24,19 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/locksuite/locksuite/backends"
-	"github.com/locksuite/locksuite/backends/consul"
-	"github.com/locksuite/locksuite/backends/consullock"
-	"github.com/locksuite/locksuite/backends/etcd"
-	"github.com/locksuite/locksuite/backends/etcdmutex"
-	"github.com/locksuite/locksuite/backends/pgxact"
-	"github.com/locksuite/locksuite/backends/postgres"
-	"github.com/locksuite/locksuite/backends/redis"
-	"github.com/locksuite/locksuite/backends/redsync"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/fencing/etcdstore"
 	"github.com/locksuite/locksuite/fencing/pgstore"
@@ -59,8 +46,8 @@ import (
 )
 
 // Names are the backends this package can provide, in report order: one
-// adapter per lock service.
-var Names = []string{"consul", "etcd", "postgres", "redis"}
+// adapter per lock service. "all" in the CLI.
+var Names = namesOf(adapter)
 
 // Libraries are the lock libraries this package can provide, each used as
 // the library ships it, in report order. They are started only when named
@@ -74,74 +61,36 @@ var Names = []string{"consul", "etcd", "postgres", "redis"}
 //
 // The library adapters take no TLS settings: against servers named with
 // TLS variables, use the four adapters.
-var Libraries = []string{"consul-lock", "etcd-mutex", "pg-xact", "redsync", "redsync-3"}
+var Libraries = namesOf(library)
 
-// service names the server a backend runs on: itself for Names and
-// Clusters; for Libraries, the service's name ("redis-3" for three
-// independent Redis servers).
-func service(n string) string {
-	switch n {
-	case "consul-lock":
-		return "consul"
-	case "etcd-mutex":
-		return "etcd"
-	case "pg-xact":
-		return "postgres"
-	case "redsync":
-		return "redis"
-	case "redsync-3":
-		return "redis-3"
-	}
-	return n
-}
+// Clusters are the replicated backends this package can start, for the
+// failover scenarios: three etcd members, three Consul servers, and a Redis
+// primary with an asynchronous replica and three Sentinels. They are started
+// only when named (not by "all"), and their Configs carry Servers, so that
+// a scenario can find and kill the leader.
+//
+// A worker process of a chaos run reaches its coordinator's cluster through
+// LOCKSUITE_ETCD_CLUSTER, LOCKSUITE_CONSUL_CLUSTER (comma-separated
+// host:port of the members) and LOCKSUITE_REDIS_SENTINEL (comma-separated
+// host:port of the sentinels; the primary's name is servers.SentinelMaster).
+// A cluster named by these variables is used as it is, without Servers: the
+// failover scenarios are skipped for it.
+var Clusters = namesOf(cluster)
 
-// Leases are the default leases per backend: short, so that the pause
-// scenarios take well under a second where the server allows it. etcd grants
-// whole seconds and its harness server's floor is 1s.
-var Leases = map[string]time.Duration{
-	"redis":    200 * time.Millisecond,
-	"postgres": 200 * time.Millisecond,
-	"consul":   200 * time.Millisecond,
-	"etcd":     time.Second,
-
-	"consul-lock": 200 * time.Millisecond,
-	"etcd-mutex":  time.Second,
-	"pg-xact":     200 * time.Millisecond,
-	"redsync":     200 * time.Millisecond,
-	"redsync-3":   200 * time.Millisecond,
-}
-
-// consulLockDelay is consul-lock's LockDelay: equal to its session TTL, the
-// proportion of the library's defaults (SessionTTL 15s, LockDelay 15s)
-// scaled to the suite's short lease.
-const consulLockDelay = 200 * time.Millisecond
-
-// Chaos are the default chaos sizes per backend: each pause longer than the
-// backend's expiry with its default lease (Redis, Postgres 200 ms; Consul
-// about 400 ms; etcd 1.5 s), so that a pause inside a critical section lets a
-// second holder in; and few enough pauses that a scenario takes seconds.
-func Chaos(n string) suite.Chaos {
-	c := suite.NewConfig().Chaos
-	c.Interval, c.Pauses, c.StallEvery = 500*time.Millisecond, 4, 10
-	switch service(n) {
-	case "etcd":
-		c.Pause, c.Pauses, c.Duration = 2*time.Second, 3, 8*time.Second
-	case "consul":
-		c.Pause, c.Duration = 800*time.Millisecond, 6*time.Second
-	default:
-		c.Pause, c.Duration = 500*time.Millisecond, 5*time.Second
-	}
-	return c
-}
+// Leases are the default leases per backend (of Names, Libraries and
+// Clusters): 200 ms, and 1 s on etcd, which grants whole seconds (its
+// harness server's floor is 1 s).
+var Leases = leases()
 
 // Env is a set of running or named backends. Close stops what it started.
 type Env struct {
 	servers []servers.Server
-	// started: the suite.Servers of each backend this Env started itself.
+	// started: the suite.Servers of each service this Env started itself.
 	started map[string]suite.Servers
-	// endpoint per backend: host:port (redis, consul, etcd) or DSN (postgres).
+	// endpoint per service: host:port (redis, consul, etcd), a DSN
+	// (postgres), comma-separated for several servers.
 	endpoint map[string]string
-	// conns: per backend named by the environment, its credentials.
+	// conns: per service named by the environment, its credentials.
 	conns map[string]*conn
 	// Unavailable holds, per backend that could not be started or reached,
 	// an error naming it and the fix.
@@ -183,35 +132,38 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}}
 	want := map[string]bool{}
 	for _, n := range names {
-		want[service(n)] = true
+		if s, ok := serviceOf(n); ok {
+			want[s.name] = true
+		} else {
+			e.Unavailable[n] = unknown(n)
+		}
 	}
-	if want["postgres"] || o.store == "postgres" {
-		e.provide(ctx, "postgres")
+	if o.store == "etcd" {
+		want["etcd"] = true
+	}
+	// Postgres first: without it, the counter store is etcd's.
+	all := services()
+	for _, s := range all {
+		if s.name == "postgres" && (want["postgres"] || o.store == "postgres") {
+			e.provide(ctx, s)
+		}
 	}
 	if o.store == "postgres" && e.endpoint["postgres"] == "" {
 		err := e.Unavailable["postgres"]
 		e.Close()
 		return nil, fmt.Errorf("local: counter store: %v", err)
 	}
-	if o.store == "etcd" {
-		want["etcd"] = true
-	}
-	if !want["etcd"] && e.endpoint["postgres"] == "" {
+	if e.endpoint["postgres"] == "" {
 		want["etcd"] = true // the store without Postgres
 	}
-	for _, n := range Names {
-		if want[n] && n != "postgres" {
-			e.provide(ctx, n)
-		}
-	}
-	for _, n := range append(slices.Clone(Clusters), "redis-3") {
-		if want[n] {
-			e.provide(ctx, n)
+	for _, s := range all {
+		if want[s.name] && s.name != "postgres" {
+			e.provide(ctx, s)
 		}
 	}
 	for _, n := range names {
-		if err := e.Unavailable[service(n)]; err != nil && service(n) != n {
-			e.Unavailable[n] = err
+		if s, ok := serviceOf(n); ok && s.name != n && e.Unavailable[s.name] != nil {
+			e.Unavailable[n] = e.Unavailable[s.name]
 		}
 	}
 	if dsn := e.endpoint["postgres"]; dsn != "" && o.store != "etcd" {
@@ -236,68 +188,78 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	return e, nil
 }
 
-// provide starts backend n or connects to the one the environment names.
-func (e *Env) provide(ctx context.Context, n string) {
-	timeout := 30 * time.Second
-	if isCluster(n) {
-		timeout = 60 * time.Second // three processes, and an election
+// provide starts service s or connects to the one the environment names.
+func (e *Env) provide(ctx context.Context, s *service) {
+	timeout := s.timeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var (
-		s   servers.Server
-		c   *conn
-		err error
-	)
-	if n == "redis-3" {
-		if ext := os.Getenv("LOCKSUITE_REDIS_NODES"); ext != "" {
-			s = servers.External(n, ext)
-			err = probeNodes(ctx, ext)
-		} else {
-			s, err = startRedisNodes(ctx, 3)
-		}
-	} else if isCluster(n) {
-		if ext := clusterFromEnv(n); ext != "" {
-			s = servers.External(n, ext)
-		} else {
-			var cl servers.Cluster
-			if cl, err = startCluster(ctx, n); err == nil {
-				s, e.clusters[n] = cl, cl
-			}
-		}
-	} else if c, err = fromEnv(n); err != nil {
-		e.Unavailable[n] = err
+	c, err := s.named()
+	if err != nil {
+		e.Unavailable[s.name] = err
 		return
-	} else if c != nil {
-		s = servers.External(n, c.endpoint)
-		e.conns[n] = c
-		err = probe(ctx, n, c)
+	}
+	var srv servers.Server
+	if c != nil {
+		srv, err = servers.External(s.name, c.endpoint), s.check(ctx, c)
+		e.conns[s.name] = c
 	} else {
-		switch n {
-		case "redis":
-			s, err = servers.StartRedis(ctx)
-		case "postgres":
-			s, err = servers.StartPostgres(ctx)
-		case "consul":
-			s, err = servers.StartConsul(ctx)
-		case "etcd":
-			s, err = servers.StartEtcd(ctx)
-		default:
-			err = fmt.Errorf("unknown backend %q: choose from %s, %s or %s", n, strings.Join(Names, ", "), strings.Join(Libraries, ", "), strings.Join(Clusters, ", "))
-		}
+		srv, err = s.start(ctx)
 	}
 	if err != nil {
-		e.Unavailable[n] = err
+		e.Unavailable[s.name] = err
 		return
 	}
-	e.servers = append(e.servers, s)
-	e.endpoint[n] = s.Endpoint()
-	if ss := serversFor(s); ss != nil {
-		e.started[n] = ss
+	e.servers = append(e.servers, srv)
+	e.endpoint[s.name] = srv.Endpoint()
+	if cl, ok := srv.(servers.Cluster); ok {
+		e.clusters[s.name] = cl
+	}
+	if c == nil && s.servers != nil {
+		e.started[s.name] = s.servers(s, srv)
 	}
 }
 
-// conn returns the connection settings of backend n: the environment's, or
+// named returns the connection the environment names for s, or nil.
+func (s *service) named() (*conn, error) {
+	var c *conn
+	if s.fromEnv != nil {
+		var err error
+		if c, err = s.fromEnv(); c == nil || err != nil {
+			return nil, err
+		}
+	} else if v := os.Getenv(s.vars[0]); v != "" {
+		c = &conn{endpoint: v}
+	} else {
+		return nil, nil
+	}
+	for _, v := range s.vars {
+		if val, ok := os.LookupEnv(v); ok {
+			c.env = append(c.env, v+"="+val)
+		}
+	}
+	return c, nil
+}
+
+// check probes a named server within ctx (at most 5 s), so that a wrong
+// address or credentials are reported at once with the variable to fix.
+func (s *service) check(ctx context.Context, c *conn) error {
+	if s.probe == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := s.probe(ctx, c)
+	var u *servers.Unavailable
+	if err == nil || errors.As(err, &u) {
+		return err
+	}
+	return unavailable(s, c, err)
+}
+
+// conn returns the connection settings of service n: the environment's, or
 // the bare endpoint of a server the harness started.
 func (e *Env) conn(n string) *conn {
 	if c := e.conns[n]; c != nil {
@@ -308,54 +270,19 @@ func (e *Env) conn(n string) *conn {
 
 // etcdClient connects to c's endpoints with its credentials.
 func (c *conn) etcdClient() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: strings.Split(c.endpoint, ","), DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
+	return clientv3.New(clientv3.Config{Endpoints: c.addrs(), DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
 		TLS: c.tls, Username: c.user, Password: c.password})
 }
 
-// probe checks within ctx that a named server answers, and lets this
-// client in, so that a wrong address or credentials are reported at once
-// with the variable to fix.
-func probe(ctx context.Context, n string, c *conn) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var err error
-	switch n {
-	case "redis":
-		var o *goredis.Options
-		if o, err = goredis.ParseURL(c.endpoint); err == nil {
-			o.TLSConfig, o.DialTimeout, o.MaxRetries = c.tls, 3*time.Second, -1
-			rc := goredis.NewClient(o)
-			err = rc.Ping(ctx).Err()
-			rc.Close()
-		}
-	case "postgres":
-		var p *pgxpool.Pool
-		if p, err = pgxpool.New(ctx, strings.TrimSpace(c.endpoint)); err == nil {
-			err = p.Ping(ctx)
-			p.Close()
-		}
-	case "consul":
-		var cc *consulapi.Client
-		if cc, err = consulClient(c); err == nil {
-			if _, err = cc.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx)); err == nil {
-				// The leader is public; a key read needs the token.
-				_, _, err = cc.KV().Get("locksuite/probe", (&consulapi.QueryOptions{}).WithContext(ctx))
-			}
-		}
-	case "etcd":
-		var ec *clientv3.Client
-		if ec, err = c.etcdClient(); err == nil {
-			if _, err = ec.Status(ctx, strings.Split(c.endpoint, ",")[0]); err == nil {
-				// Status is public; a read needs the user.
-				_, err = ec.Get(ctx, "locksuite/probe")
-			}
-			ec.Close()
+// addrs splits a comma-separated endpoint.
+func (c *conn) addrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.endpoint, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
 		}
 	}
-	if err != nil {
-		return unavailable(n, c, err)
-	}
-	return nil
+	return out
 }
 
 // consulClient is an API client for c.
@@ -369,90 +296,69 @@ func consulClient(c *conn) (*consulapi.Client, error) {
 	return consulapi.NewClient(ac)
 }
 
-// Endpoint is the address of the server backend n runs on, as its
-// environment variable would name it (a URL, a DSN, or host:port; comma-
-// separated for several servers); empty if n is not Available. An adapter
-// that is not among this package's dials it through suite.Client.Dial.
-func (e *Env) Endpoint(n string) string { return e.endpoint[service(n)] }
+// Endpoint is the address of the server backend or service n runs on, as
+// its environment variable would name it (a URL, a DSN, or host:port;
+// comma-separated for several servers); empty if n is not Available.
+func (e *Env) Endpoint(n string) string {
+	if s, ok := serviceOf(n); ok {
+		return e.endpoint[s.name]
+	}
+	return ""
+}
 
-// Available reports whether backend n (of Names, Libraries or Clusters) is
-// running or reachable.
-func (e *Env) Available(n string) bool { return e.endpoint[service(n)] != "" }
+// Available reports whether backend or service n is running or reachable.
+func (e *Env) Available(n string) bool { return e.Endpoint(n) != "" }
 
-// Config returns the suite configuration for backend n, which must be
-// Available, with the given fencing mode and the default lease for n. For a
-// server Start started itself, Config.Servers is set (the server-fault
-// scenarios may stop it and move its clock); for one the user named, never.
-//
-// A cluster's client talks to several members, each connection through
-// suite.Client.Dial. Its Config has Servers when the harness started the
-// cluster.
+// Config returns the suite configuration for backend n (of Names, Libraries
+// or Clusters), which must be Available, with the given fencing mode and
+// the default lease and chaos sizes for n. For a server Start started
+// itself, Config.Servers is set (the server-fault and failover scenarios may
+// stop it, kill it and move its clock); for one the user named, never.
 func (e *Env) Config(n string, fenced bool) suite.Config {
-	if isCluster(n) {
-		return e.clusterConfig(n, fenced)
+	b, ok := lookup(n)
+	if !ok {
+		cfg := suite.NewConfig()
+		cfg.Name, cfg.Fenced = n, fenced
+		cfg.NewLocker = func(context.Context, suite.Client) (backends.Locker, error) { return nil, unknown(n) }
+		return cfg
 	}
-	cfg := suite.NewConfig()
-	cfg.Name, cfg.Fenced, cfg.Lease = n, fenced, Leases[n]
-	svc := service(n)
-	ep := e.endpoint[svc]
-	cn := e.conn(svc)
-	cfg.NewStore = e.newStore
-	cfg.Chaos = Chaos(n)
-	cfg.WorkerEnv = e.Environ()
-	if ss, ok := e.started[svc]; ok {
-		cfg.Servers = ss
-	}
-	eps := clusterAddrs(ep)
-	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
-		switch n {
-		case "redis":
-			if strings.Contains(ep, "://") {
-				return redis.New(redis.Config{URL: ep, TLS: cn.tls, Dial: c.Dial, Key: c.Key, Lease: c.Lease})
-			}
-			return redis.New(redis.Config{Addr: ep, Dial: c.Dial, Key: c.Key, Lease: c.Lease})
-		case "postgres":
-			return postgres.New(postgres.Config{ConnString: strings.TrimSpace(ep), Dial: c.Dial, Key: c.Key, Lease: c.Lease})
-		case "consul":
-			return consul.New(consul.Config{Address: ep, Token: cn.token, TLS: cn.tls, Dial: c.Dial, Key: c.Key, TTL: c.Lease})
-		case "etcd":
-			return etcd.New(etcd.Config{Endpoints: eps, TLS: cn.tls, Username: cn.user, Password: cn.password, Dial: c.Dial, Key: c.Key, TTL: c.Lease})
-		case "consul-lock":
-			// LockWaitTime 1s: an abandoned Acquire's Lock ends within 1s
-			// (Close waits for it), not the library's 15s.
-			return consullock.New(consullock.Config{Address: ep, Token: cn.token, Dial: c.Dial, Key: c.Key, TTL: c.Lease, LockDelay: consulLockDelay, LockWaitTime: time.Second})
-		case "etcd-mutex":
-			// Not c.Key itself: the counter store's keys are under c.Key+"/",
-			// and the mutex would wait for them as for older waiters.
-			return etcdmutex.New(etcdmutex.Config{Endpoints: eps, Dial: c.Dial, Key: c.Key + "/mutex", TTL: c.Lease})
-		case "pg-xact":
-			return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(ep), Dial: c.Dial, Key: c.Key, Lease: c.Lease})
-		case "redsync", "redsync-3":
-			return redsync.New(redsync.Config{Addrs: eps, Dial: c.Dial, Key: c.Key, Lease: c.Lease})
-		}
-		return nil, fmt.Errorf("local: unknown backend %q", n)
-	}
-	if n == "consul-lock" {
-		// A waiter that meets the lock-delay waits consul/api's fixed 5 s
-		// (DefaultLockRetryTime) before it tries again: give the second
-		// holder that long to get in, so that the pause scenarios measure
-		// the lock rather than the default bound (3 × expiry + 2 s).
-		cfg.StallTimeout = 3*(2*cfg.Lease+consulLockDelay) + 2*time.Second + 5*time.Second
+	c := e.conn(b.on.name)
+	cfg := e.config(n, b.on, fenced, func(_ context.Context, cl suite.Client) (backends.Locker, error) { return b.newLocker(c, cl) })
+	if b.tune != nil {
+		b.tune(&cfg)
 	}
 	return cfg
 }
 
-func (e *Env) clusterConfig(n string, fenced bool) suite.Config {
-	cfg := suite.NewConfig()
-	cfg.Name, cfg.Fenced, cfg.Lease = n, fenced, Leases[base(n)]
-	cfg.NewStore = e.newStore
-	cfg.Chaos = Chaos(base(n))
-	cfg.WorkerEnv = e.Environ()
-	if c := e.clusters[n]; c != nil {
-		cfg.Servers = newServers(c)
+// ConfigFor returns the suite configuration for a lock of the caller's,
+// named name, on service: a service of this package ("redis", "postgres",
+// "consul", "etcd", "redis-3" or a cluster, or a backend's name for the
+// service it runs on), which Start must have made Available. The Config
+// carries the service's default lease and chaos sizes, the counter store,
+// the worker environment and (for a server Start started) Servers; its
+// NewLocker is newLocker, which reaches the server at Endpoint(service)
+// through suite.Client.Dial. The error names a service that is unknown or
+// not available, and why.
+func (e *Env) ConfigFor(name, service string, fenced bool, newLocker func(ctx context.Context, c suite.Client) (backends.Locker, error)) (suite.Config, error) {
+	s, ok := serviceOf(service)
+	if !ok {
+		return suite.Config{}, unknown(service)
 	}
-	addrs := clusterAddrs(e.endpoint[n])
-	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
-		return newClusterLocker(n, addrs, c)
+	if !e.Available(s.name) {
+		if err := e.Unavailable[s.name]; err != nil {
+			return suite.Config{}, err
+		}
+		return suite.Config{}, fmt.Errorf("local: %s is not available: name it (or a backend on it) to Start", s.name)
+	}
+	return e.config(name, s, fenced, newLocker), nil
+}
+
+func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
+	cfg := suite.NewConfig()
+	cfg.Name, cfg.Fenced, cfg.Lease, cfg.Chaos = name, fenced, s.lease, s.chaos()
+	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv = newLocker, e.newStore, e.Environ()
+	if ss, ok := e.started[s.name]; ok {
+		cfg.Servers = ss
 	}
 	return cfg
 }
@@ -462,33 +368,6 @@ func (e *Env) newStore(ctx context.Context, name string, fenced bool) (fencing.S
 		return pgstore.New(ctx, e.pool, "", name, fenced)
 	}
 	return etcdstore.New(ctx, e.etcd, name, fenced)
-}
-
-// hostPort extracts the host:port a fault proxy forwards to.
-func hostPort(n, ep string) string {
-	ep = strings.TrimSpace(ep)
-	switch n {
-	case "etcd":
-		ep = strings.Split(ep, ",")[0]
-		ep = strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
-	case "consul":
-		ep = strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
-	case "redis":
-		if strings.Contains(ep, "://") {
-			if u, err := url.Parse(ep); err == nil {
-				ep = u.Host
-			}
-		}
-	case "redis-3":
-		// Several servers: the Locker freezes its own proxies (newRedlock).
-		ep = ""
-	case "postgres":
-		// A URL, a key=value DSN or libpq's variables: pgx knows where.
-		if pc, err := pgconn.ParseConfig(ep); err == nil {
-			ep = net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port)))
-		}
-	}
-	return ep
 }
 
 // Environ names every server of e in the ecosystem's variables, so that a
@@ -504,26 +383,11 @@ func (e *Env) Environ() []string {
 			out = append(out, c.env...)
 			continue
 		}
-		switch n {
-		case "redis":
-			if !strings.Contains(ep, "://") {
-				ep = "redis://" + ep + "/0"
-			}
-			out = append(out, "REDIS_URL="+ep)
-		case "postgres":
-			if strings.TrimSpace(ep) != "" {
-				out = append(out, "DATABASE_URL="+ep)
-			}
-		case "consul":
-			out = append(out, "CONSUL_HTTP_ADDR="+ep)
-		case "etcd":
-			out = append(out, "ETCDCTL_ENDPOINTS="+ep)
-		case "redis-3":
-			out = append(out, "LOCKSUITE_REDIS_NODES="+ep)
-		default:
-			if v := clusterEnv[n]; v != "" {
-				out = append(out, v+"="+ep)
-			}
+		s, _ := serviceOf(n)
+		if s.environ != nil {
+			out = append(out, s.environ(ep))
+		} else if strings.TrimSpace(ep) != "" {
+			out = append(out, s.vars[0]+"="+ep)
 		}
 	}
 	return out

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 	"time"
 
@@ -17,9 +16,9 @@ import (
 // single is suite.Servers for one server this package started: its process
 // (group) is the only member; an embedded etcd has none.
 type single struct {
-	backend  string
-	endpoint string
-	members  []suite.Member
+	svc     *service
+	s       servers.Server
+	members []suite.Member
 }
 
 func (s *single) Members() []suite.Member { return s.members }
@@ -27,16 +26,12 @@ func (s *single) Members() []suite.Member { return s.members }
 // Healthy is the same check as for a named server: the server answers
 // (Redis PING, a Postgres connection, Consul's leader, etcd's status).
 func (s *single) Healthy(ctx context.Context) error {
-	ep := s.endpoint
-	if s.backend == "redis" && !strings.Contains(ep, "://") {
-		ep = "redis://" + ep
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.svc.probe(ctx, &conn{endpoint: s.s.Endpoint()}); err != nil {
+		return fmt.Errorf("%s: %w", s.svc.name, err)
 	}
-	err := probe(ctx, s.backend, &conn{endpoint: ep})
-	var u *servers.Unavailable
-	if errors.As(err, &u) {
-		return fmt.Errorf("%s: %w", s.backend, u.Err)
-	}
-	return err
+	return nil
 }
 
 // member is a server process started with its own process group (postgres
@@ -78,27 +73,24 @@ func unsupported(reason string) func(context.Context, time.Duration) error {
 	return func(context.Context, time.Duration) error { return noClock(reason) }
 }
 
-// serversFor returns suite.Servers for a server this package started, nil
-// for one the user named (the suite must never stop those).
-func serversFor(s servers.Server) suite.Servers {
-	out := &single{backend: s.Name(), endpoint: s.Endpoint()}
-	switch v := s.(type) {
-	case *servers.Redis:
-		m := &member{name: "redis-server", pid: v.Pid(), jump: unsupported(noFaketime)}
-		if c := v.Clock(); c != nil {
-			m.jump = func(ctx context.Context, d time.Duration) error { return jumpRedis(ctx, v.Endpoint(), c, d) }
-		}
-		out.members = []suite.Member{m}
-	case *servers.Postgres:
-		out.members = []suite.Member{&member{name: "postgres", pid: v.Pid(), jump: unsupported(noClockPostgres)}}
-	case *servers.Consul:
-		out.members = []suite.Member{&member{name: "consul", pid: v.Pid(), jump: unsupported(noClockConsul)}}
-	case *servers.Etcd:
-		// Embedded in this process: no member to stop or to move.
-	default:
-		return nil
+// redisServers: the redis-server process, whose clock moves when
+// libfaketime is installed.
+func redisServers(sv *service, s servers.Server) suite.Servers {
+	v := s.(*servers.Redis)
+	m := &member{name: "redis-server", pid: v.Pid(), jump: unsupported(noFaketime)}
+	if c := v.Clock(); c != nil {
+		m.jump = func(ctx context.Context, d time.Duration) error { return jumpRedis(ctx, v.Endpoint(), c, d) }
 	}
-	return out
+	return &single{svc: sv, s: s, members: []suite.Member{m}}
+}
+
+// oneProcess is suite.Servers for a server whose clock cannot be moved
+// (why: the reason).
+func oneProcess(process, why string) func(sv *service, s servers.Server) suite.Servers {
+	return func(sv *service, s servers.Server) suite.Servers {
+		p := s.(interface{ Pid() int })
+		return &single{svc: sv, s: s, members: []suite.Member{&member{name: process, pid: p.Pid(), jump: unsupported(why)}}}
+	}
 }
 
 // jumpRedis moves the clock of the redis-server at addr and waits until its

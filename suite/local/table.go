@@ -1,0 +1,301 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/consul"
+	"github.com/locksuite/locksuite/backends/consullock"
+	"github.com/locksuite/locksuite/backends/etcd"
+	"github.com/locksuite/locksuite/backends/etcdmutex"
+	"github.com/locksuite/locksuite/backends/pgxact"
+	"github.com/locksuite/locksuite/backends/postgres"
+	"github.com/locksuite/locksuite/backends/redis"
+	"github.com/locksuite/locksuite/backends/redsync"
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// kind is how a backend is listed and selected.
+type kind int
+
+const (
+	adapter kind = iota // Names: one adapter per lock service; "all"
+	library             // Libraries: a lock library as it ships; "libraries"
+	cluster             // Clusters: a replicated service, for failover
+)
+
+// service is the server, or set of servers, that backends run on: how the
+// harness starts one, how the environment names one, how to check it, and
+// the defaults of the backends on it.
+type service struct {
+	name string
+	// lease is the default lease: short, so that the pause scenarios take
+	// well under a second where the server allows it.
+	lease time.Duration
+	// pause and duration size the chaos scenarios: each pause longer than
+	// the service's expiry with the default lease, so that a pause inside
+	// a critical section lets a second holder in. pauses 0 means 4.
+	pause, duration time.Duration
+	pauses          int
+	// vars are the environment variables that name and configure a server
+	// the user runs; those set are passed on to worker processes. The
+	// first one names the server (see environ).
+	vars []string
+	// fromEnv reads vars: the named server's connection, or nil when the
+	// environment names none. Nil fromEnv: the first of vars is the
+	// server's address, as is.
+	fromEnv func() (*conn, error)
+	// start starts a throwaway server (or several) on loopback.
+	start func(ctx context.Context) (servers.Server, error)
+	// timeout bounds start and the probe of a named server. Default 30 s.
+	timeout time.Duration
+	// probe checks that a server answers this client (credentials
+	// included); nil: not checked.
+	probe func(ctx context.Context, c *conn) error
+	// diagnose names the problem and the fix of a failed probe (auth.go).
+	diagnose func(s symptoms) (problem, fix string)
+	// hostPort is the first server's host:port in an endpoint; nil: the
+	// endpoint is host:port.
+	hostPortOf func(endpoint string) string
+	// environ is the variable (name=value) that points a worker process at
+	// a server the harness started; nil: vars[0]=endpoint.
+	environ func(endpoint string) string
+	// servers gives the suite a server the harness started, so that the
+	// server-fault and failover scenarios can stop, kill or move it; nil:
+	// no member to act on.
+	servers func(sv *service, s servers.Server) suite.Servers
+}
+
+// backend is one backend this package provides: the service it runs on and
+// how to make its Locker there.
+type backend struct {
+	name string
+	kind kind
+	on   *service
+	// newLocker makes one client's Locker on the server(s) at c.
+	newLocker func(c *conn, cl suite.Client) (backends.Locker, error)
+	// tune, if not nil, adjusts the backend's Config.
+	tune func(cfg *suite.Config)
+}
+
+// table lists every backend, in report order within each kind. Adding a
+// backend is one entry here (and its service, if it runs on a new one);
+// everything else in this package reads the table.
+func table() []backend {
+	redisSvc := &service{
+		name: "redis", lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
+		vars:       []string{"REDIS_URL", RedisCACertEnv},
+		fromEnv:    redisFromEnv,
+		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartRedis(ctx) },
+		probe:      probeRedis,
+		diagnose:   diagnoseRedis,
+		hostPortOf: urlHost,
+		environ: func(ep string) string {
+			if !strings.Contains(ep, "://") {
+				ep = "redis://" + ep + "/0"
+			}
+			return "REDIS_URL=" + ep
+		},
+		servers: redisServers,
+	}
+	postgresSvc := &service{
+		name: "postgres", lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
+		vars:       []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
+		fromEnv:    postgresFromEnv,
+		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartPostgres(ctx) },
+		probe:      probePostgres,
+		diagnose:   diagnosePostgres,
+		hostPortOf: pgHostPort,
+		servers:    oneProcess("postgres", noClockPostgres),
+	}
+	consulSvc := &service{
+		name: "consul", lease: 200 * time.Millisecond, pause: 800 * time.Millisecond, duration: 6 * time.Second,
+		vars:       []string{"CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_SSL", "CONSUL_HTTP_SSL_VERIFY", "CONSUL_CACERT", "CONSUL_CAPATH", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME"},
+		fromEnv:    consulFromEnv,
+		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartConsul(ctx) },
+		probe:      probeConsul,
+		diagnose:   diagnoseConsul,
+		hostPortOf: stripScheme,
+		servers:    oneProcess("consul", noClockConsul),
+	}
+	etcdSvc := &service{
+		name: "etcd", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
+		vars:       []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
+		fromEnv:    etcdFromEnv,
+		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartEtcd(ctx) },
+		probe:      probeEtcd,
+		diagnose:   diagnoseEtcd,
+		hostPortOf: func(ep string) string { return stripScheme(strings.Split(ep, ",")[0]) },
+		// Embedded in this process: no member to stop or to move.
+		servers: func(sv *service, s servers.Server) suite.Servers { return &single{svc: sv, s: s} },
+	}
+	redis3Svc := &service{
+		name: "redis-3", lease: redisSvc.lease, pause: redisSvc.pause, duration: redisSvc.duration,
+		vars:  []string{"LOCKSUITE_REDIS_NODES"},
+		start: func(ctx context.Context) (servers.Server, error) { return startRedisNodes(ctx, 3) },
+		probe: probeNodes,
+	}
+	// The clusters use their single server's defaults. A cluster named by
+	// its variable is used as it is, unprobed and without Servers.
+	clusterOf := func(name, v string, single *service, start func(context.Context) (servers.Cluster, error)) *service {
+		return &service{
+			name: name, lease: single.lease, pause: single.pause, pauses: single.pauses, duration: single.duration,
+			vars:    []string{v},
+			start:   func(ctx context.Context) (servers.Server, error) { return start(ctx) },
+			timeout: 60 * time.Second, // three processes, and an election
+			servers: clusterServersOf,
+		}
+	}
+	etcdCluster := clusterOf("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER", etcdSvc,
+		func(ctx context.Context) (servers.Cluster, error) { return servers.StartEtcdCluster(ctx, 3) })
+	consulCluster := clusterOf("consul-cluster", "LOCKSUITE_CONSUL_CLUSTER", consulSvc,
+		func(ctx context.Context) (servers.Cluster, error) { return servers.StartConsulCluster(ctx, 3) })
+	redisSentinel := clusterOf("redis-sentinel", "LOCKSUITE_REDIS_SENTINEL", redisSvc,
+		func(ctx context.Context) (servers.Cluster, error) { return servers.StartRedisSentinel(ctx) })
+
+	return []backend{
+		{name: "consul", kind: adapter, on: consulSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			return consul.New(consul.Config{Address: c.endpoint, Token: c.token, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
+		}},
+		{name: "etcd", kind: adapter, on: etcdSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			return etcd.New(etcd.Config{Endpoints: c.addrs(), TLS: c.tls, Username: c.user, Password: c.password, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
+		}},
+		{name: "postgres", kind: adapter, on: postgresSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			return postgres.New(postgres.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		}},
+		{name: "redis", kind: adapter, on: redisSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			if strings.Contains(c.endpoint, "://") {
+				return redis.New(redis.Config{URL: c.endpoint, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+			}
+			return redis.New(redis.Config{Addr: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		}},
+
+		// The library adapters take no TLS settings: against servers named
+		// with TLS variables, use the four adapters.
+		{name: "consul-lock", kind: library, on: consulSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			// LockWaitTime 1s: an abandoned Acquire's Lock ends within 1s
+			// (Close waits for it), not the library's 15s.
+			return consullock.New(consullock.Config{Address: c.endpoint, Token: c.token, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease, LockDelay: consulLockDelay, LockWaitTime: time.Second})
+		}, tune: func(cfg *suite.Config) {
+			// A waiter that meets the lock-delay waits consul/api's fixed
+			// 5 s (DefaultLockRetryTime) before it tries again: give the
+			// second holder that long to get in, so that the pause
+			// scenarios measure the lock rather than the default bound
+			// (3 × expiry + 2 s).
+			cfg.StallTimeout = 3*(2*cfg.Lease+consulLockDelay) + 2*time.Second + 5*time.Second
+		}},
+		{name: "etcd-mutex", kind: library, on: etcdSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			// Not cl.Key itself: the counter store's keys are under
+			// cl.Key+"/", and the mutex would wait for them as for older
+			// waiters.
+			return etcdmutex.New(etcdmutex.Config{Endpoints: c.addrs(), Dial: cl.Dial, Key: cl.Key + "/mutex", TTL: cl.Lease})
+		}},
+		{name: "pg-xact", kind: library, on: postgresSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		}},
+		{name: "redsync", kind: library, on: redisSvc, newLocker: newRedsync},
+		{name: "redsync-3", kind: library, on: redis3Svc, newLocker: newRedsync},
+
+		// Every connection of a cluster's client goes through cl.Dial, so
+		// the suite's fault path stalls or cuts the client's whole lock
+		// traffic, renewals included, whichever member it talks to.
+		{name: "consul-cluster", kind: cluster, on: consulCluster, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			return consul.New(consul.Config{Addresses: c.addrs(), Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
+		}},
+		{name: "etcd-cluster", kind: cluster, on: etcdCluster, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			return etcd.New(etcd.Config{Endpoints: c.addrs(), Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
+		}},
+		{name: "redis-sentinel", kind: cluster, on: redisSentinel, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			// go-redis dials the sentinels and whatever primary they name.
+			return redis.New(redis.Config{SentinelAddrs: c.addrs(), MasterName: servers.SentinelMaster, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		}},
+	}
+}
+
+// consulLockDelay is consul-lock's LockDelay: equal to its session TTL, the
+// proportion of the library's defaults (SessionTTL 15s, LockDelay 15s)
+// scaled to the suite's short lease.
+const consulLockDelay = 200 * time.Millisecond
+
+func newRedsync(c *conn, cl suite.Client) (backends.Locker, error) {
+	return redsync.New(redsync.Config{Addrs: c.addrs(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+}
+
+// lookup returns the backend named n.
+func lookup(n string) (backend, bool) {
+	for _, b := range table() {
+		if b.name == n {
+			return b, true
+		}
+	}
+	return backend{}, false
+}
+
+// serviceOf returns the service named n, or the one backend n runs on.
+func serviceOf(n string) (*service, bool) {
+	var found *service
+	for _, b := range table() {
+		if b.on.name == n {
+			return b.on, true
+		}
+		if b.name == n {
+			found = b.on
+		}
+	}
+	return found, found != nil
+}
+
+// services lists every service once, in table order.
+func services() []*service {
+	var out []*service
+	seen := map[string]bool{}
+	for _, b := range table() {
+		if !seen[b.on.name] {
+			seen[b.on.name] = true
+			out = append(out, b.on)
+		}
+	}
+	return out
+}
+
+func namesOf(k kind) []string {
+	var out []string
+	for _, b := range table() {
+		if b.kind == k {
+			out = append(out, b.name)
+		}
+	}
+	return out
+}
+
+func leases() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, b := range table() {
+		out[b.name] = b.on.lease
+	}
+	return out
+}
+
+// chaos is the service's default chaos sizes.
+func (s *service) chaos() suite.Chaos {
+	c := suite.NewConfig().Chaos
+	c.Interval, c.Pauses, c.StallEvery = 500*time.Millisecond, 4, 10
+	c.Pause, c.Duration = s.pause, s.duration
+	if s.pauses > 0 {
+		c.Pauses = s.pauses
+	}
+	return c
+}
+
+// unknown is the error for a name that is neither a backend nor a service.
+func unknown(n string) error {
+	var all []string
+	for _, b := range table() {
+		all = append(all, b.name)
+	}
+	return fmt.Errorf("local: unknown backend %q: choose from %s", n, strings.Join(all, ", "))
+}
