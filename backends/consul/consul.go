@@ -11,20 +11,17 @@ package consul
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/locksuite/locksuite/backends"
-	"github.com/locksuite/locksuite/backends/internal/retry"
-	"github.com/locksuite/locksuite/internal/redact"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
+	"github.com/locksuite/locksuite/backends/internal/consulconn"
 )
 
 // Config describes one client of one Consul lock.
@@ -82,42 +79,17 @@ var (
 
 // New returns a Locker for cfg. It does not contact the agent.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("consul: Config.Key is empty: name the lock key")
+	if err := adapt.Check("consul", cfg.Key, "the lock key", &cfg.TTL, 10*time.Second, 0, ""); err != nil {
+		return nil, err
 	}
 	if strings.HasPrefix(cfg.Key, "/") {
 		return nil, fmt.Errorf("consul: key %q must not start with /", cfg.Key)
 	}
-	if cfg.TTL == 0 {
-		cfg.TTL = 10 * time.Second
-	}
-	if cfg.TTL < 0 {
-		return nil, fmt.Errorf("consul: TTL %v is negative", cfg.TTL)
-	}
 	c := cfg.Client
 	if c == nil {
-		ac := api.DefaultConfig()
-		if cfg.Address != "" {
-			ac.Address = cfg.Address
-		}
-		if cfg.Token != "" {
-			ac.Token = cfg.Token
-		}
-		// A transport of its own: one Locker is one process's connections.
-		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, DialContext: cfg.Dial}
-		if cfg.TLS != nil {
-			ac.Transport.TLSClientConfig = cfg.TLS.Clone()
-			// This transport speaks HTTP/1.1: never offer h2 in ALPN.
-			ac.Transport.TLSClientConfig.NextProtos = nil
-			ac.Scheme = "https"
-		}
-		if len(cfg.Addresses) > 0 {
-			ac.Address = cfg.Addresses[0]
-			ac.HttpClient = &http.Client{Transport: &rotating{t: ac.Transport, addrs: cfg.Addresses}}
-		}
 		var err error
-		if c, err = api.NewClient(ac); err != nil {
-			return nil, fmt.Errorf("consul: client for %q: %w", redact.URL(ac.Address), redact.Error(err, ac.Token))
+		if c, err = consulconn.New("consul", consulconn.Config{Address: cfg.Address, Addresses: cfg.Addresses, Token: cfg.Token, TLS: cfg.TLS, Dial: cfg.Dial}); err != nil {
+			return nil, err
 		}
 	}
 	return &locker{c: c, key: cfg.Key, ttl: cfg.TTL}, nil
@@ -132,7 +104,7 @@ func (l *locker) Expiry() time.Duration { return 2 * l.ttl }
 // it waited can find its session invalidated ("invalid session"): it starts
 // over with a new session.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	return retry.Acquire(ctx, l.attempt, retryable)
+	return adapt.Retry(ctx, l.attempt, retryable)
 }
 
 // retryable: the attempt's own session was invalidated before the grant.
@@ -142,12 +114,7 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	if l.closed.Load() {
 		return nil, backends.ErrClosed
 	}
-	wrap := func(err error) error {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("consul: acquire %s: %w", l.key, err)
-	}
+	wrap := func(err error) error { return adapt.Wrap(ctx, "consul", "acquire", l.key, err) }
 	// api.Session().Create omits a zero LockDelay, and the server then applies
 	// its 15 s default: the next holder would wait 15 s after an expiry. Send
 	// "0s" explicitly.
@@ -164,7 +131,7 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		return nil, wrap(err)
 	}
 	rctx, stop := context.WithCancel(context.Background())
-	s := &lease{l: l, session: id, stop: stop, lost: make(chan struct{})}
+	s := &lease{l: l, session: id, stop: stop}
 	go s.renew(rctx)
 	var index uint64
 	for {
@@ -205,17 +172,15 @@ func (l *locker) Close() error {
 }
 
 type lease struct {
-	l        *locker
-	session  string
-	fence    uint64
-	stop     context.CancelFunc
-	lost     chan struct{}
-	lostOnce sync.Once
+	l       *locker
+	session string
+	fence   uint64
+	stop    context.CancelFunc
+	lost    adapt.Lost
 }
 
 func (s *lease) Fence() uint64         { return s.fence }
-func (s *lease) Lost() <-chan struct{} { return s.lost }
-func (s *lease) markLost()             { s.lostOnce.Do(func() { close(s.lost) }) }
+func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
 // renew renews the session every TTL/2 until stopped, and marks the lease lost
 // when Consul says the session is gone.
@@ -232,7 +197,7 @@ func (s *lease) renew(ctx context.Context) {
 		e, _, err := s.l.c.Session().Renew(s.session, (&api.WriteOptions{}).WithContext(rctx))
 		cancel()
 		if err == nil && e == nil || err != nil && strings.Contains(err.Error(), "not found") {
-			s.markLost()
+			s.lost.Mark()
 			return
 		}
 	}
@@ -270,24 +235,4 @@ func (l *locker) Cleanup(ctx context.Context) error {
 	}
 	_, _, err = l.c.KV().DeleteCAS(p, (&api.WriteOptions{}).WithContext(ctx))
 	return err
-}
-
-// rotating sends each request to the current address, and moves on to the
-// next address after a request fails.
-type rotating struct {
-	t     *http.Transport
-	addrs []string
-	cur   atomic.Uint64
-}
-
-func (r *rotating) RoundTrip(req *http.Request) (*http.Response, error) {
-	i := r.cur.Load()
-	out := req.Clone(req.Context())
-	out.URL.Host = r.addrs[i%uint64(len(r.addrs))]
-	out.Host = out.URL.Host
-	resp, err := r.t.RoundTrip(out)
-	if err != nil {
-		r.cur.CompareAndSwap(i, i+1)
-	}
-	return resp, err
 }

@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +39,8 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
+	"github.com/locksuite/locksuite/backends/internal/consulconn"
 )
 
 // Config describes one client of one Consul lock.
@@ -96,32 +97,20 @@ var (
 
 // New returns a Locker for cfg. It does not contact the agent.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("consullock: Config.Key is empty: name the lock key")
+	if err := adapt.Check("consullock", cfg.Key, "the lock key", &cfg.TTL, 15*time.Second, 0, ""); err != nil {
+		return nil, err
 	}
 	if strings.HasPrefix(cfg.Key, "/") {
 		return nil, fmt.Errorf("consullock: key %q must not start with /", cfg.Key)
 	}
-	if cfg.TTL == 0 {
-		cfg.TTL = 15 * time.Second
-	}
-	if cfg.TTL < 0 || cfg.LockDelay < 0 || cfg.LockWaitTime < 0 {
-		return nil, fmt.Errorf("consullock: TTL %v, LockDelay %v and LockWaitTime %v must not be negative", cfg.TTL, cfg.LockDelay, cfg.LockWaitTime)
+	if cfg.LockDelay < 0 || cfg.LockWaitTime < 0 {
+		return nil, fmt.Errorf("consullock: LockDelay %v and LockWaitTime %v must not be negative", cfg.LockDelay, cfg.LockWaitTime)
 	}
 	c := cfg.Client
 	if c == nil {
-		ac := api.DefaultConfig()
-		if cfg.Address != "" {
-			ac.Address = cfg.Address
-		}
-		if cfg.Token != "" {
-			ac.Token = cfg.Token
-		}
-		// A transport of its own: one Locker is one process's connections.
-		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, DialContext: cfg.Dial}
 		var err error
-		if c, err = api.NewClient(ac); err != nil {
-			return nil, fmt.Errorf("consullock: client for %q: %w", ac.Address, err)
+		if c, err = consulconn.New("consullock", consulconn.Config{Address: cfg.Address, Token: cfg.Token, Dial: cfg.Dial}); err != nil {
+			return nil, err
 		}
 	}
 	l := &locker{c: c, ttl: cfg.TTL, delay: cfg.LockDelay, pending: map[chan struct{}]bool{}, wait: cfg.LockWaitTime}
@@ -161,17 +150,7 @@ type result struct {
 // waited): as an application would, Acquire calls Lock again, with a new
 // session.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	for {
-		g, err := l.attempt(ctx)
-		if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "invalid session") {
-			return g, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("consullock: acquire %s: %w", l.opts.Key, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	return adapt.Retry(ctx, l.attempt, func(err error) bool { return strings.Contains(err.Error(), "invalid session") })
 }
 
 func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {

@@ -13,20 +13,17 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"google.golang.org/grpc"
 	"math"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/locksuite/locksuite/backends"
-	"github.com/locksuite/locksuite/backends/internal/retry"
-	"github.com/locksuite/locksuite/internal/redact"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
+	"github.com/locksuite/locksuite/backends/internal/etcdconn"
 )
 
 // Config describes one client of one etcd lock.
@@ -77,36 +74,14 @@ var (
 
 // New returns a Locker for cfg. It connects lazily.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("etcd: Config.Key is empty: name the lock key")
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = time.Second
-	}
-	if cfg.TTL < 0 {
-		return nil, fmt.Errorf("etcd: TTL %v is negative", cfg.TTL)
+	if err := adapt.Check("etcd", cfg.Key, "the lock key", &cfg.TTL, time.Second, 0, ""); err != nil {
+		return nil, err
 	}
 	l := &locker{c: cfg.Client, key: cfg.Key, ttl: int64(math.Ceil(cfg.TTL.Seconds()))}
 	if l.c == nil {
-		if len(cfg.Endpoints) == 0 {
-			return nil, errors.New("etcd: no server: set Config.Client or Config.Endpoints")
-		}
-		cc := clientv3.Config{
-			Endpoints:   cfg.Endpoints,
-			DialTimeout: 2 * time.Second,
-			Logger:      nopLogger(),
-			TLS:         cfg.TLS,
-			Username:    cfg.Username,
-			Password:    cfg.Password,
-		}
-		if cfg.Dial != nil {
-			cc.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return cfg.Dial(ctx, "tcp", addr)
-			})}
-		}
-		c, err := clientv3.New(cc)
+		c, err := etcdconn.New("etcd", cfg.Endpoints, cfg.TLS, cfg.Username, cfg.Password, cfg.Dial)
 		if err != nil {
-			return nil, fmt.Errorf("etcd: connect %v: %w", cfg.Endpoints, redact.Error(err, cfg.Password))
+			return nil, err
 		}
 		l.c, l.own = c, true
 	}
@@ -122,22 +97,14 @@ func (l *locker) Expiry() time.Duration { return l.TTL() + 500*time.Millisecond 
 // it waited can find its lease expired ("requested lease not found"): it
 // starts over with a new lease.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	return retry.Acquire(ctx, l.attempt, retryable)
+	return adapt.Retry(ctx, l.attempt, etcdconn.LeaseNotFound)
 }
-
-// retryable: the attempt's own lease expired before the grant.
-func retryable(err error) bool { return isLeaseNotFound(err) }
 
 func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	if l.closed.Load() {
 		return nil, backends.ErrClosed
 	}
-	wrap := func(err error) error {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("etcd: acquire %s: %w", l.key, err)
-	}
+	wrap := func(err error) error { return adapt.Wrap(ctx, "etcd", "acquire", l.key, err) }
 	g, err := l.c.Grant(ctx, l.ttl)
 	if err != nil {
 		return nil, wrap(err)
@@ -155,11 +122,11 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		revoke()
 		return nil, wrap(err)
 	}
-	s := &lease{l: l, id: g.ID, stop: stop, lost: make(chan struct{})}
+	s := &lease{l: l, id: g.ID, stop: stop}
 	go func() {
 		for range ka {
 		}
-		s.markLost()
+		s.lost.Mark()
 	}()
 	for {
 		resp, err := l.c.Txn(ctx).
@@ -207,17 +174,15 @@ func (l *locker) Close() error {
 }
 
 type lease struct {
-	l        *locker
-	id       clientv3.LeaseID
-	rev      int64
-	stop     context.CancelFunc
-	lost     chan struct{}
-	lostOnce sync.Once
+	l    *locker
+	id   clientv3.LeaseID
+	rev  int64
+	stop context.CancelFunc
+	lost adapt.Lost
 }
 
-func (s *lease) markLost()             { s.lostOnce.Do(func() { close(s.lost) }) }
 func (s *lease) Fence() uint64         { return uint64(s.rev) }
-func (s *lease) Lost() <-chan struct{} { return s.lost }
+func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
 // Release deletes the key only if it is still this grant's (same create
 // revision), then revokes the lease.
@@ -230,7 +195,7 @@ func (s *lease) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("etcd: release %s: %w", s.l.key, err)
 	}
-	if _, err := s.l.c.Revoke(ctx, s.id); err != nil && !isLeaseNotFound(err) {
+	if _, err := s.l.c.Revoke(ctx, s.id); err != nil && !etcdconn.LeaseNotFound(err) {
 		return fmt.Errorf("etcd: revoke lease of %s: %w", s.l.key, err)
 	}
 	return nil

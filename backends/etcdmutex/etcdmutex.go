@@ -23,19 +23,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"google.golang.org/grpc"
 	"math"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
+	"github.com/locksuite/locksuite/backends/internal/etcdconn"
 )
 
 // Config describes one client of one etcd mutex.
@@ -79,29 +78,14 @@ var (
 
 // New returns a Locker for cfg. It connects lazily.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("etcdmutex: Config.Key is empty: name the mutex prefix")
-	}
-	if cfg.TTL == 0 {
-		cfg.TTL = 60 * time.Second
-	}
-	if cfg.TTL < 0 {
-		return nil, fmt.Errorf("etcdmutex: TTL %v is negative", cfg.TTL)
+	if err := adapt.Check("etcdmutex", cfg.Key, "the mutex prefix", &cfg.TTL, 60*time.Second, 0, ""); err != nil {
+		return nil, err
 	}
 	l := &locker{c: cfg.Client, key: cfg.Key, ttl: int(math.Ceil(cfg.TTL.Seconds()))}
 	if l.c == nil {
-		if len(cfg.Endpoints) == 0 {
-			return nil, errors.New("etcdmutex: no server: set Config.Client or Config.Endpoints")
-		}
-		cc := clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
-		if cfg.Dial != nil {
-			cc.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-				return cfg.Dial(ctx, "tcp", addr)
-			})}
-		}
-		c, err := clientv3.New(cc)
+		c, err := etcdconn.New("etcdmutex", cfg.Endpoints, nil, "", "", cfg.Dial)
 		if err != nil {
-			return nil, fmt.Errorf("etcdmutex: connect %v: %w", cfg.Endpoints, err)
+			return nil, err
 		}
 		l.c, l.own = c, true
 	}
@@ -163,15 +147,10 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if l.closed.Load() {
 			return nil, backends.ErrClosed
 		}
-		wrap := func(err error) error {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return fmt.Errorf("etcdmutex: acquire %s: %w", l.key, err)
-		}
+		wrap := func(err error) error { return adapt.Wrap(ctx, "etcdmutex", "acquire", l.key, err) }
 		s, err := l.session(ctx)
 		if err != nil {
-			if ctx.Err() == nil && isLeaseNotFound(err) {
+			if ctx.Err() == nil && etcdconn.LeaseNotFound(err) {
 				continue
 			}
 			return nil, wrap(err)
@@ -184,21 +163,15 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if ctx.Err() != nil {
 			return nil, wrap(err)
 		}
-		if errors.Is(err, concurrency.ErrSessionExpired) || isLeaseNotFound(err) {
+		if errors.Is(err, concurrency.ErrSessionExpired) || etcdconn.LeaseNotFound(err) {
 			l.drop(s)
-			select {
-			case <-ctx.Done():
-				return nil, wrap(ctx.Err())
-			case <-time.After(10 * time.Millisecond):
+			if err := adapt.Sleep(ctx, 10*time.Millisecond); err != nil {
+				return nil, wrap(err)
 			}
 			continue
 		}
 		return nil, wrap(err)
 	}
-}
-
-func isLeaseNotFound(err error) bool {
-	return errors.Is(err, rpctypes.ErrLeaseNotFound) || rpctypes.ErrorDesc(err) == rpctypes.ErrLeaseNotFound.Error()
 }
 
 // Close closes the session (revoking its lease) and the client if New made it.

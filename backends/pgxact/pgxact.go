@@ -25,19 +25,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
+	"github.com/locksuite/locksuite/backends/internal/pgconf"
 )
 
 // Config describes one client of one transaction-level advisory lock.
@@ -47,7 +44,9 @@ type Config struct {
 	// pgx.ParseConfig reads it.
 	ConnString string
 	// Addr, if set, is a host:port that replaces the connection string's
-	// host and port (the suite points it at a fault proxy).
+	// host and port. The password and the TLS settings are kept, sslmode's
+	// plain and TLS attempts included, and verify-full still checks the
+	// connection string's host name.
 	Addr string
 	// Dial, if not nil, makes every connection to the server (TLS, if any,
 	// is layered on top): pass suite.Client.Dial, so that the suite can
@@ -83,44 +82,17 @@ var (
 
 // New returns a Locker for cfg. It does not connect.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("pgxact: Config.Key is empty: name the lock key")
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = 500 * time.Millisecond
-	}
-	if cfg.Lease < time.Millisecond {
-		return nil, fmt.Errorf("pgxact: lease %v is below idle_in_transaction_session_timeout's 1ms resolution", cfg.Lease)
+	if err := adapt.Check("pgxact", cfg.Key, "the lock key", &cfg.Lease, 500*time.Millisecond, time.Millisecond, "idle_in_transaction_session_timeout's 1ms resolution"); err != nil {
+		return nil, err
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Millisecond
 	}
-	cc, err := pgx.ParseConfig(cfg.ConnString)
+	cc, err := pgconf.Parse("pgxact", cfg.ConnString, cfg.Addr, cfg.Dial, "idle_in_transaction_session_timeout", cfg.Lease)
 	if err != nil {
-		return nil, fmt.Errorf("pgxact: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", err)
+		return nil, err
 	}
-	if cfg.Dial != nil {
-		cc.DialFunc = cfg.Dial
-	}
-	if cfg.Addr != "" {
-		host, port, err := net.SplitHostPort(cfg.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("pgxact: Addr %q: %w (expected host:port)", cfg.Addr, err)
-		}
-		p, err := strconv.ParseUint(port, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("pgxact: Addr %q: bad port: %w", cfg.Addr, err)
-		}
-		cc.Host, cc.Port, cc.Fallbacks = host, uint16(p), nil
-	}
-	if cc.ConnectTimeout == 0 {
-		cc.ConnectTimeout = 3 * time.Second
-	}
-	cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(cfg.Lease.Milliseconds(), 10)
-	cc.RuntimeParams["application_name"] = "locksuite"
-	h := fnv.New64a()
-	h.Write([]byte(cfg.Key))
-	return &locker{cfg: cc, key: int64(h.Sum64()), lease: cfg.Lease, poll: cfg.Poll}, nil
+	return &locker{cfg: cc, key: int64(pgconf.Key(cfg.Key)), lease: cfg.Lease, poll: cfg.Poll}, nil
 }
 
 func (l *locker) TTL() time.Duration { return l.lease }
@@ -162,10 +134,7 @@ const tryLock = `SELECT CASE WHEN pg_try_advisory_xact_lock($1) THEN pg_current_
 // missing database) are returned at once.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	wrap := func(err error) error {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("pgxact: acquire advisory xact lock %d: %w", l.key, err)
+		return adapt.Wrap(ctx, "pgxact", "acquire", fmt.Sprintf("advisory xact lock %d", l.key), err)
 	}
 	for {
 		if l.closed.Load() {
@@ -177,7 +146,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		c, err := l.session(ctx)
 		if err != nil {
 			if retryable(err) && ctx.Err() == nil {
-				if err := l.sleep(ctx); err != nil {
+				if err := adapt.Sleep(ctx, l.poll); err != nil {
 					return nil, wrap(err)
 				}
 				continue
@@ -206,37 +175,16 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 				return nil, wrap(err)
 			}
 		}
-		if err := l.sleep(ctx); err != nil {
+		if err := adapt.Sleep(ctx, l.poll); err != nil {
 			return nil, wrap(err)
 		}
-	}
-}
-
-func (l *locker) sleep(ctx context.Context) error {
-	t := time.NewTimer(l.poll)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 
 // retryable: the session ended before the grant (25P03
 // idle_in_transaction_session_timeout, 57P01 terminated, 57P05
 // idle_session_timeout), or the connection or its dial broke or timed out.
-func retryable(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "25P03" || pe.Code == "57P01" || pe.Code == "57P05"
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed")
-}
+func retryable(err error) bool { return pgconf.Ended(err, "25P03", "57P01", "57P05") }
 
 // Close closes the client's session; a lock still held goes with it.
 func (l *locker) Close() error {

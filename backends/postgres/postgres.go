@@ -17,11 +17,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +27,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/locksuite/locksuite/backends"
-	"github.com/locksuite/locksuite/backends/internal/retry"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
+	"github.com/locksuite/locksuite/backends/internal/pgconf"
 )
 
 // Config describes one client of one advisory lock.
@@ -82,53 +80,14 @@ var (
 
 // New returns a Locker for cfg. It does not connect.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("postgres: Config.Key is empty: name the lock key")
+	if err := adapt.Check("postgres", cfg.Key, "the lock key", &cfg.Lease, 500*time.Millisecond, time.Millisecond, "idle_session_timeout's 1ms resolution"); err != nil {
+		return nil, err
 	}
-	if cfg.Lease == 0 {
-		cfg.Lease = 500 * time.Millisecond
-	}
-	if cfg.Lease < time.Millisecond {
-		return nil, fmt.Errorf("postgres: lease %v is below idle_session_timeout's 1ms resolution", cfg.Lease)
-	}
-	cc, err := pgx.ParseConfig(cfg.ConnString)
+	cc, err := pgconf.Parse("postgres", cfg.ConnString, cfg.Addr, cfg.Dial, "idle_session_timeout", cfg.Lease)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", err)
+		return nil, err
 	}
-	if cfg.Dial != nil {
-		cc.DialFunc = cfg.Dial
-	}
-	if cfg.Addr != "" {
-		host, port, err := net.SplitHostPort(cfg.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: Addr %q: %w (expected host:port)", cfg.Addr, err)
-		}
-		p, err := strconv.ParseUint(port, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: Addr %q: bad port: %w", cfg.Addr, err)
-		}
-		// One attempt per TLS setting that sslmode asks for (prefer: TLS,
-		// then plain), all to Addr.
-		cc.Host, cc.Port = host, uint16(p)
-		fallbacks := cc.Fallbacks
-		cc.Fallbacks = nil
-		seen := map[bool]bool{cc.TLSConfig != nil: true}
-		for _, f := range fallbacks {
-			if seen[f.TLSConfig != nil] {
-				continue
-			}
-			seen[f.TLSConfig != nil] = true
-			cc.Fallbacks = append(cc.Fallbacks, &pgconn.FallbackConfig{Host: host, Port: uint16(p), TLSConfig: f.TLSConfig})
-		}
-	}
-	if cc.ConnectTimeout == 0 {
-		cc.ConnectTimeout = 3 * time.Second
-	}
-	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(cfg.Lease.Milliseconds(), 10)
-	cc.RuntimeParams["application_name"] = "locksuite"
-	h := fnv.New64a()
-	h.Write([]byte(cfg.Key))
-	sum := h.Sum64()
+	sum := pgconf.Key(cfg.Key)
 	if cfg.Sequence == "" {
 		cfg.Sequence = fmt.Sprintf("locksuite_fence_%016x", sum)
 	}
@@ -146,33 +105,18 @@ func (l *locker) Expiry() time.Duration { return l.TTL() }
 // out: nothing was granted, and it starts over on a new connection. Other
 // errors (authentication, a missing database) are returned at once.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	return retry.Acquire(ctx, l.attempt, retryable)
+	return adapt.Retry(ctx, l.attempt, retryable)
 }
 
 // retryable: the attempt's session ended before the grant, or its connect
 // timed out (a client stalled mid-dial wakes past its deadline).
-func retryable(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code == "57P05" || pe.Code == "57P01"
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed")
-}
+func retryable(err error) bool { return pgconf.Ended(err, "57P05", "57P01") }
 
 func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	if l.closed.Load() {
 		return nil, backends.ErrClosed
 	}
-	wrap := func(err error) error {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return fmt.Errorf("postgres: acquire %s: %w", l.lockName(), err)
-	}
+	wrap := func(err error) error { return adapt.Wrap(ctx, "postgres", "acquire", l.lockName(), err) }
 	conn, err := pgx.ConnectConfig(ctx, l.cfg)
 	if err != nil {
 		return nil, wrap(err)
@@ -203,7 +147,7 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		return nil, wrap(err)
 	}
 	kctx, stop := context.WithCancel(context.Background())
-	s := &lease{l: l, conn: conn, fence: fence, stop: stop, done: make(chan struct{}), lost: make(chan struct{})}
+	s := &lease{l: l, conn: conn, fence: fence, stop: stop, done: make(chan struct{})}
 	go s.keepAlive(kctx)
 	return s, nil
 }
@@ -233,14 +177,12 @@ type lease struct {
 	fence    uint64
 	stop     context.CancelFunc
 	done     chan struct{}
-	lost     chan struct{}
-	lostOnce sync.Once
+	lost     adapt.Lost
 	released bool
 }
 
 func (s *lease) Fence() uint64         { return s.fence }
-func (s *lease) Lost() <-chan struct{} { return s.lost }
-func (s *lease) markLost()             { s.lostOnce.Do(func() { close(s.lost) }) }
+func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
 // keepAlive sends a query every lease/3 so the session is never idle for
 // the timeout while the holder's process runs.
@@ -258,7 +200,7 @@ func (s *lease) keepAlive(ctx context.Context) {
 		_, err := s.conn.Exec(ctx, "SELECT 1")
 		s.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
-			s.markLost()
+			s.lost.Mark()
 			return
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
 	"github.com/locksuite/locksuite/backends/internal/dialer"
 	"github.com/locksuite/locksuite/internal/redact"
 )
@@ -115,14 +116,8 @@ var (
 
 // New returns a Locker for cfg. It does not contact the server.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("redis: Config.Key is empty: name the lock key")
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = 500 * time.Millisecond
-	}
-	if cfg.Lease < time.Millisecond {
-		return nil, fmt.Errorf("redis: lease %v is below Redis's 1ms PX resolution", cfg.Lease)
+	if err := adapt.Check("redis", cfg.Key, "the lock key", &cfg.Lease, 500*time.Millisecond, time.Millisecond, "Redis's 1ms PX resolution"); err != nil {
+		return nil, err
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Millisecond
@@ -193,14 +188,7 @@ func New(cfg Config) (backends.Locker, error) {
 				opts.TLSConfig.ServerName = serverName
 			}
 		}
-		opts.DialTimeout = 2 * time.Second
-		if cfg.Dial != nil {
-			// go-redis's Dialer replaces its own TLS dial: layer TLS here.
-			opts.Dialer = dialer.TLS(cfg.Dial, opts.TLSConfig)
-		}
-		// One connection per Locker: a client is one process holding one lock.
-		opts.PoolSize = 2
-		l.c, l.own = goredis.NewClient(opts), true
+		l.c, l.own = dialer.Redis(opts, cfg.Dial), true
 	}
 	return l, nil
 }
@@ -214,29 +202,17 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		if l.closed.Load() {
-			return nil, backends.ErrClosed
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("redis: acquire %s: %w", l.key, ctx.Err())
-		case <-t.C:
-		}
+	g, err := adapt.Poll(ctx, &l.closed, l.poll, func(ctx context.Context) (backends.Lease, error) {
 		fence, err := acquireScript.Run(ctx, l.c, []string{l.key, l.key + ":fence"}, token, l.lease.Milliseconds()).Int64()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("redis: acquire %s: %w", l.key, ctx.Err())
-			}
-			return nil, fmt.Errorf("redis: acquire %s: %w", l.key, err)
+		if err != nil || fence == 0 {
+			return nil, err
 		}
-		if fence > 0 {
-			return &lease{l: l, token: token, fence: uint64(fence)}, nil
-		}
-		t.Reset(l.poll)
+		return &lease{l: l, token: token, fence: uint64(fence)}, nil
+	})
+	if err != nil && !errors.Is(err, backends.ErrClosed) {
+		return nil, adapt.Wrap(ctx, "redis", "acquire", l.key, err)
 	}
+	return g, err
 }
 
 func (l *locker) Close() error {

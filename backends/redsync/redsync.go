@@ -29,6 +29,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
 	"github.com/locksuite/locksuite/backends/internal/dialer"
 )
 
@@ -76,14 +77,8 @@ var (
 
 // New returns a Locker for cfg. It does not contact the servers.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("redsync: Config.Key is empty: name the lock key")
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = 8 * time.Second
-	}
-	if cfg.Lease < time.Millisecond {
-		return nil, fmt.Errorf("redsync: lease %v is below Redis's 1ms PX resolution", cfg.Lease)
+	if err := adapt.Check("redsync", cfg.Key, "the lock key", &cfg.Lease, 8*time.Second, time.Millisecond, "Redis's 1ms PX resolution"); err != nil {
+		return nil, err
 	}
 	l := &locker{key: cfg.Key, lease: cfg.Lease}
 	clients := cfg.Clients
@@ -103,12 +98,7 @@ func New(cfg Config) (backends.Locker, error) {
 			} else {
 				opts = &goredis.Options{Addr: a}
 			}
-			opts.DialTimeout = 2 * time.Second
-			opts.PoolSize = 2 // one Locker is one process's connection
-			if cfg.Dial != nil {
-				opts.Dialer = dialer.TLS(cfg.Dial, opts.TLSConfig)
-			}
-			c := goredis.NewClient(opts)
+			c := dialer.Redis(opts, cfg.Dial)
 			l.own = append(l.own, c)
 			clients = append(clients, c)
 		}

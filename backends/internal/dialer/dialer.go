@@ -6,6 +6,9 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // Func dials a connection, as net.Dialer.DialContext does.
@@ -35,4 +38,16 @@ func TLS(dial Func, cfg *tls.Config) Func {
 		}
 		return t, nil
 	}
+}
+
+// Redis returns a client for o as the Redis adapters make it: a 2 s dial
+// timeout, a pool of 2 (one Locker is one process's connection), and, when
+// dial is not nil, every connection made by dial with o's TLS, if any,
+// layered on top (go-redis's Dialer replaces its own TLS dial).
+func Redis(o *goredis.Options, dial Func) *goredis.Client {
+	o.DialTimeout, o.PoolSize = 2*time.Second, 2
+	if dial != nil {
+		o.Dialer = TLS(dial, o.TLSConfig)
+	}
+	return goredis.NewClient(o)
 }

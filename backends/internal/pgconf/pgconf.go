@@ -1,0 +1,95 @@
+// Package pgconf is what the Postgres adapters (postgres, pgxact) share: the
+// connection settings of a lock's session, the lock's key, and which errors
+// mean that the session ended before a grant.
+package pgconf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Parse returns the settings of package pkg's sessions: connString (over
+// libpq's PG* variables) with every connection made by dial (if not nil),
+// sent to addr (if not empty) instead of the connection string's host, a 3 s
+// connect timeout unless the string sets one, and the server setting
+// timeout (idle_session_timeout, idle_in_transaction_session_timeout) at
+// lease in whole milliseconds.
+//
+// With addr, sslmode's attempts (prefer: TLS, then plain) all go to addr,
+// and verify-full still checks the connection string's host name.
+func Parse(pkg, connString, addr string, dial func(ctx context.Context, network, address string) (net.Conn, error), timeout string, lease time.Duration) (*pgx.ConnConfig, error) {
+	cc, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("%s: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", pkg, err)
+	}
+	if dial != nil {
+		cc.DialFunc = dial
+	}
+	if addr != "" {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: Addr %q: %w (expected host:port)", pkg, addr, err)
+		}
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("%s: Addr %q: bad port: %w", pkg, addr, err)
+		}
+		// One attempt per TLS setting that sslmode asks for, all to addr.
+		cc.Host, cc.Port = host, uint16(p)
+		fallbacks := cc.Fallbacks
+		cc.Fallbacks = nil
+		seen := map[bool]bool{cc.TLSConfig != nil: true}
+		for _, f := range fallbacks {
+			if seen[f.TLSConfig != nil] {
+				continue
+			}
+			seen[f.TLSConfig != nil] = true
+			cc.Fallbacks = append(cc.Fallbacks, &pgconn.FallbackConfig{Host: host, Port: uint16(p), TLSConfig: f.TLSConfig})
+		}
+	}
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = 3 * time.Second
+	}
+	cc.RuntimeParams[timeout] = strconv.FormatInt(lease.Milliseconds(), 10)
+	cc.RuntimeParams["application_name"] = "locksuite"
+	return cc, nil
+}
+
+// Key hashes a lock's name (FNV-64a) to an advisory lock's bigint key.
+func Key(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return h.Sum64()
+}
+
+// Ended reports whether err says the session ended or broke before a
+// grant: a server error with one of codes (57P01 terminated, 57P05
+// idle_session_timeout, ...), a timeout (a client stalled mid-dial wakes
+// past its deadline), or a closed connection. Nothing was granted: the
+// caller may start over on a new session.
+func Ended(err error, codes ...string) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		for _, c := range codes {
+			if pe.Code == c {
+				return true
+			}
+		}
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed")
+}
