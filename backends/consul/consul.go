@@ -71,12 +71,6 @@ type locker struct {
 	closed atomic.Bool
 }
 
-var (
-	_ backends.Locker       = (*locker)(nil)
-	_ backends.TTLer        = (*locker)(nil)
-	_ backends.LossNotifier = (*lease)(nil)
-)
-
 // New returns a Locker for cfg. It does not contact the agent.
 func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("consul", cfg.Key, "the lock key", &cfg.TTL, 10*time.Second, 0, ""); err != nil {
@@ -94,6 +88,8 @@ func New(cfg Config) (backends.Locker, error) {
 	}
 	return &locker{c: c, key: cfg.Key, ttl: cfg.TTL}, nil
 }
+
+var _ backends.TTLer = (*locker)(nil)
 
 func (l *locker) TTL() time.Duration { return l.ttl }
 
@@ -179,7 +175,10 @@ type lease struct {
 	lost    adapt.Lost
 }
 
-func (s *lease) Fence() uint64         { return s.fence }
+var _ backends.LossNotifier = (*lease)(nil)
+
+func (s *lease) Fence() uint64 { return s.fence }
+
 func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
 // renew renews the session every TTL/2 until stopped, and marks the lease lost

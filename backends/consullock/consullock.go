@@ -88,13 +88,6 @@ type locker struct {
 	wait    time.Duration          // LockWaitTime in effect
 }
 
-var (
-	_ backends.Locker       = (*locker)(nil)
-	_ backends.TTLer        = (*locker)(nil)
-	_ backends.Cleaner      = (*locker)(nil)
-	_ backends.LossNotifier = (*lease)(nil)
-)
-
 // New returns a Locker for cfg. It does not contact the agent.
 func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("consullock", cfg.Key, "the lock key", &cfg.TTL, 15*time.Second, 0, ""); err != nil {
@@ -126,6 +119,8 @@ func New(cfg Config) (backends.Locker, error) {
 	}
 	return l, nil
 }
+
+var _ backends.TTLer = (*locker)(nil)
 
 func (l *locker) TTL() time.Duration { return l.ttl }
 
@@ -237,6 +232,8 @@ func (l *locker) Close() error {
 	return nil
 }
 
+var _ backends.Cleaner = (*locker)(nil)
+
 // Cleanup removes the lock's KV key if no session holds it, with the
 // library's Lock.Destroy (a check-and-set delete).
 func (l *locker) Cleanup(ctx context.Context) error {
@@ -268,6 +265,8 @@ type lease struct {
 
 // Fence is 0: consul/api's Lock gives no fencing token.
 func (g *lease) Fence() uint64 { return 0 }
+
+var _ backends.LossNotifier = (*lease)(nil)
 
 // Lost is the channel Lock returned: the library's monitor closes it when the
 // key is no longer held by this session.

@@ -66,12 +66,6 @@ type locker struct {
 	closed atomic.Bool
 }
 
-var (
-	_ backends.Locker       = (*locker)(nil)
-	_ backends.TTLer        = (*locker)(nil)
-	_ backends.LossNotifier = (*lease)(nil)
-)
-
 // New returns a Locker for cfg. It connects lazily.
 func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("etcd", cfg.Key, "the lock key", &cfg.TTL, time.Second, 0, ""); err != nil {
@@ -87,6 +81,8 @@ func New(cfg Config) (backends.Locker, error) {
 	}
 	return l, nil
 }
+
+var _ backends.TTLer = (*locker)(nil)
 
 func (l *locker) TTL() time.Duration { return time.Duration(l.ttl) * time.Second }
 
@@ -181,7 +177,10 @@ type lease struct {
 	lost adapt.Lost
 }
 
-func (s *lease) Fence() uint64         { return uint64(s.rev) }
+var _ backends.LossNotifier = (*lease)(nil)
+
+func (s *lease) Fence() uint64 { return uint64(s.rev) }
+
 func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
 // Release deletes the key only if it is still this grant's (same create

@@ -70,12 +70,6 @@ type locker struct {
 	closed atomic.Bool
 }
 
-var (
-	_ backends.Locker       = (*locker)(nil)
-	_ backends.TTLer        = (*locker)(nil)
-	_ backends.LossNotifier = (*lease)(nil)
-)
-
 // New returns a Locker for cfg. It connects lazily.
 func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("etcdmutex", cfg.Key, "the mutex prefix", &cfg.TTL, 60*time.Second, 0, ""); err != nil {
@@ -91,6 +85,8 @@ func New(cfg Config) (backends.Locker, error) {
 	}
 	return l, nil
 }
+
+var _ backends.TTLer = (*locker)(nil)
 
 func (l *locker) TTL() time.Duration { return time.Duration(l.ttl) * time.Second }
 
@@ -200,6 +196,8 @@ type lease struct {
 }
 
 func (g *lease) Fence() uint64 { return g.fence }
+
+var _ backends.LossNotifier = (*lease)(nil)
 
 // Lost is the session's Done channel: closed when its keep-alive ends.
 func (g *lease) Lost() <-chan struct{} { return g.s.Done() }

@@ -74,12 +74,6 @@ type locker struct {
 	conn *pgx.Conn // the client's session, dialed on demand
 }
 
-var (
-	_ backends.Locker = (*locker)(nil)
-	_ backends.TTLer  = (*locker)(nil)
-	_ backends.Lease  = (*lease)(nil)
-)
-
 // New returns a Locker for cfg. It does not connect.
 func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("pgxact", cfg.Key, "the lock key", &cfg.Lease, 500*time.Millisecond, time.Millisecond, "idle_in_transaction_session_timeout's 1ms resolution"); err != nil {
@@ -94,6 +88,8 @@ func New(cfg Config) (backends.Locker, error) {
 	}
 	return &locker{cfg: cc, key: int64(pgconf.Key(cfg.Key)), lease: cfg.Lease, poll: cfg.Poll}, nil
 }
+
+var _ backends.TTLer = (*locker)(nil)
 
 func (l *locker) TTL() time.Duration { return l.lease }
 

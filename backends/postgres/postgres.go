@@ -72,12 +72,6 @@ type locker struct {
 	closed atomic.Bool
 }
 
-var (
-	_ backends.Locker       = (*locker)(nil)
-	_ backends.TTLer        = (*locker)(nil)
-	_ backends.LossNotifier = (*lease)(nil)
-)
-
 // New returns a Locker for cfg. It does not connect.
 func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("postgres", cfg.Key, "the lock key", &cfg.Lease, 500*time.Millisecond, time.Millisecond, "idle_session_timeout's 1ms resolution"); err != nil {
@@ -93,6 +87,8 @@ func New(cfg Config) (backends.Locker, error) {
 	}
 	return &locker{cfg: cc, key: int64(sum), seq: cfg.Sequence, lease: cfg.Lease}, nil
 }
+
+var _ backends.TTLer = (*locker)(nil)
 
 func (l *locker) TTL() time.Duration { return l.lease }
 
@@ -181,7 +177,10 @@ type lease struct {
 	released bool
 }
 
-func (s *lease) Fence() uint64         { return s.fence }
+var _ backends.LossNotifier = (*lease)(nil)
+
+func (s *lease) Fence() uint64 { return s.fence }
+
 func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
 // keepAlive sends a query every lease/3 so the session is never idle for

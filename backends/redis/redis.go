@@ -108,12 +108,6 @@ type locker struct {
 	closed atomic.Bool
 }
 
-var (
-	_ backends.Locker = (*locker)(nil)
-	_ backends.TTLer  = (*locker)(nil)
-	_ backends.Lease  = (*lease)(nil)
-)
-
 // New returns a Locker for cfg. It does not contact the server.
 func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("redis", cfg.Key, "the lock key", &cfg.Lease, 500*time.Millisecond, time.Millisecond, "Redis's 1ms PX resolution"); err != nil {
@@ -192,6 +186,8 @@ func New(cfg Config) (backends.Locker, error) {
 	}
 	return l, nil
 }
+
+var _ backends.TTLer = (*locker)(nil)
 
 func (l *locker) TTL() time.Duration { return l.lease }
 

@@ -69,12 +69,6 @@ type locker struct {
 	closed atomic.Bool
 }
 
-var (
-	_ backends.Locker = (*locker)(nil)
-	_ backends.TTLer  = (*locker)(nil)
-	_ backends.Lease  = (*lease)(nil)
-)
-
 // New returns a Locker for cfg. It does not contact the servers.
 func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("redsync", cfg.Key, "the lock key", &cfg.Lease, 8*time.Second, time.Millisecond, "Redis's 1ms PX resolution"); err != nil {
@@ -111,6 +105,8 @@ func New(cfg Config) (backends.Locker, error) {
 	l.opts = append([]rs.Option{rs.WithExpiry(cfg.Lease)}, cfg.Options...)
 	return l, nil
 }
+
+var _ backends.TTLer = (*locker)(nil)
 
 func (l *locker) TTL() time.Duration { return l.lease }
 

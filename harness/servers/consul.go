@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -51,22 +50,16 @@ func ConsulCachePath() string {
 
 // Consul is a single-server Consul agent in dev mode, started by StartConsul.
 type Consul struct {
-	p       *proc
+	single
 	addr    string
 	secrets Secrets
 	tls     bool
-	once    sync.Once
 }
 
 func (s *Consul) Name() string { return "consul" }
 
 // Endpoint is the HTTP (or, WithTLS, HTTPS) API's host:port.
 func (s *Consul) Endpoint() string { return s.addr }
-
-// Log is the server's log file, in the directory Stop removes: copy it
-// before Stop to keep it.
-func (s *Consul) Log() string { return s.p.log }
-func (s *Consul) Pid() int    { return s.p.Pid() }
 
 // Secrets are the initial management token (WithAuth) and the test CA
 // (WithTLS).
@@ -164,7 +157,7 @@ log_level = "warn"
 		os.RemoveAll(dir)
 		return nil, &Unavailable{"consul", err, "check that " + bin + " runs"}
 	}
-	s.p = p
+	s.single = single{p: p, sig: syscall.SIGINT, grace: 5 * time.Second}
 	ac := &consulapi.Config{Address: s.URL(), Token: s.secrets.Token, TLSConfig: consulapi.TLSConfig{CAFile: s.secrets.CAFile}}
 	c, err := consulapi.NewClient(ac)
 	if err != nil {
@@ -188,12 +181,4 @@ log_level = "warn"
 		return nil, &Unavailable{"consul", err, "see the log above"}
 	}
 	return s, nil
-}
-
-func (s *Consul) Stop() error {
-	s.once.Do(func() {
-		s.p.stop(syscall.SIGINT, 5*time.Second)
-		os.RemoveAll(s.p.dir)
-	})
-	return nil
 }

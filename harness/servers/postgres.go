@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -22,11 +21,10 @@ import (
 
 // Postgres is a throwaway PostgreSQL cluster started by StartPostgres.
 type Postgres struct {
-	p       *proc
+	single
 	dsn     string
 	secrets Secrets
 	clock   *FakeClock // only when started withFakeClock (a test)
-	once    sync.Once
 }
 
 func (s *Postgres) Name() string { return "postgres" }
@@ -34,11 +32,6 @@ func (s *Postgres) Name() string { return "postgres" }
 // Endpoint is a postgres:// URL without the password (see URL and
 // Secrets).
 func (s *Postgres) Endpoint() string { return s.dsn }
-
-// Log is the server's log file, in the directory Stop removes: copy it
-// before Stop to keep it.
-func (s *Postgres) Log() string { return s.p.log }
-func (s *Postgres) Pid() int    { return s.p.Pid() }
 
 // Secrets are the role's password (WithAuth) and the test CA (WithTLS).
 func (s *Postgres) Secrets() Secrets { return s.secrets }
@@ -188,7 +181,7 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		os.RemoveAll(dir)
 		return nil, fail(err, "check that "+postgres+" runs")
 	}
-	s := &Postgres{p: p, clock: clock, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=%s", port, sslmode), secrets: secrets}
+	s := &Postgres{single: single{p: p, sig: syscall.SIGINT, grace: 10 * time.Second}, clock: clock, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=%s", port, sslmode), secrets: secrets}
 	err = waitReady(ctx, p, 20*time.Second, func(ctx context.Context) error {
 		c, err := pgx.Connect(ctx, s.URL())
 		if err != nil {
@@ -201,15 +194,6 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		return nil, fail(err, "see the log above")
 	}
 	return s, nil
-}
-
-// Stop shuts the cluster down (fast shutdown) and deletes it.
-func (s *Postgres) Stop() error {
-	s.once.Do(func() {
-		s.p.stop(syscall.SIGINT, 10*time.Second)
-		os.RemoveAll(s.p.dir)
-	})
-	return nil
 }
 
 // traversable reports whether every directory on path's way from / lets

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -16,23 +15,17 @@ import (
 
 // Redis is a redis-server started by StartRedis.
 type Redis struct {
-	p       *proc
+	single
 	addr    string
 	secrets Secrets
 	tls     bool
 	clock   *FakeClock
-	once    sync.Once
 }
 
 func (r *Redis) Name() string { return "redis" }
 
 // Endpoint is host:port. It carries no credentials: see Secrets.
 func (r *Redis) Endpoint() string { return r.addr }
-
-// Log is the server's log file, in the directory Stop removes: copy it
-// before Stop to keep it.
-func (r *Redis) Log() string { return r.p.log }
-func (r *Redis) Pid() int    { return r.p.Pid() }
 
 // Clock is the server's wall clock, which the clock-jump scenario moves; nil
 // when libfaketime is not installed (ci/setup.sh installs it).
@@ -118,7 +111,7 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 		os.RemoveAll(dir)
 		return nil, &Unavailable{"redis", err, "check that " + bin + " runs"}
 	}
-	r.p = p
+	r.single = single{p: p, sig: syscall.SIGTERM, grace: 5 * time.Second}
 	copts := &goredis.Options{Addr: r.addr, MaxRetries: -1, Username: r.secrets.User, Password: r.secrets.Password}
 	if o.tls {
 		if copts.TLSConfig, err = r.secrets.ClientTLS(); err != nil {
@@ -133,12 +126,4 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 		return nil, &Unavailable{"redis", err, "see the log above"}
 	}
 	return r, nil
-}
-
-func (r *Redis) Stop() error {
-	r.once.Do(func() {
-		r.p.stop(syscall.SIGTERM, 5*time.Second)
-		os.RemoveAll(r.p.dir)
-	})
-	return nil
 }

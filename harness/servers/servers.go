@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -162,6 +163,32 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 
 // Pid is the server's process id, for faults that signal it.
 func (p *proc) Pid() int { return p.cmd.Process.Pid }
+
+// single is what a one-process server started here shares: its process and
+// log, and a Stop that ends it (sig, then SIGKILL after grace) once and
+// removes its directory.
+type single struct {
+	p     *proc
+	sig   syscall.Signal
+	grace time.Duration
+	once  sync.Once
+}
+
+// Log is the server's log file, in the directory Stop removes: copy it
+// before Stop to keep it.
+func (s *single) Log() string { return s.p.log }
+
+// Pid is the server's process id (and process group id).
+func (s *single) Pid() int { return s.p.Pid() }
+
+// Stop ends the server and removes its directory. It is idempotent.
+func (s *single) Stop() error {
+	s.once.Do(func() {
+		s.p.stop(s.sig, s.grace)
+		os.RemoveAll(s.p.dir)
+	})
+	return nil
+}
 
 // waitReady polls check until it succeeds, the process exits, or timeout.
 func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(context.Context) error) error {
