@@ -25,16 +25,7 @@ func TestStores(t *testing.T) {
 		t.Skip("starts real servers")
 	}
 	ctx := context.Background()
-	pg, err := servers.StartPostgres(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Stop()
-	pool, err := pgxpool.New(ctx, pg.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := startPostgres(t)
 	et, err := servers.StartEtcd(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -115,16 +106,7 @@ func TestPostgresRefusesForeignTable(t *testing.T) {
 		t.Skip("starts a real server")
 	}
 	ctx := context.Background()
-	pg, err := servers.StartPostgres(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Stop()
-	pool, err := pgxpool.New(ctx, pg.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := startPostgres(t)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -176,4 +158,21 @@ func TestPostgresRefusesForeignTable(t *testing.T) {
 	if comment == nil || *comment != pgstore.TableMark {
 		t.Errorf("the created table's comment is %v, want the mark %q", comment, pgstore.TableMark)
 	}
+}
+
+// startPostgres starts a throwaway Postgres for t and returns a pool on it;
+// both end with t.
+func startPostgres(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pg, err := servers.StartPostgres(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Stop() })
+	pool, err := pgxpool.New(context.Background(), pg.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -128,7 +128,8 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	}
 	rctx, stop := context.WithCancel(context.Background())
 	s := &lease{l: l, session: id, stop: stop}
-	go s.renew(rctx)
+	// Renew every TTL/2; Consul says when the session is gone.
+	go adapt.Renew(rctx, l.ttl/2, &s.lost, s.renew)
 	var index uint64
 	for {
 		ok, _, err := l.c.KV().Acquire(&api.KVPair{Key: l.key, Value: []byte(id), Session: id}, (&api.WriteOptions{}).WithContext(ctx))
@@ -181,25 +182,13 @@ func (s *lease) Fence() uint64 { return s.fence }
 
 func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
-// renew renews the session every TTL/2 until stopped, and marks the lease lost
-// when Consul says the session is gone.
-func (s *lease) renew(ctx context.Context) {
-	t := time.NewTicker(s.l.ttl / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, s.l.ttl)
-		e, _, err := s.l.c.Session().Renew(s.session, (&api.WriteOptions{}).WithContext(rctx))
-		cancel()
-		if err == nil && e == nil || err != nil && strings.Contains(err.Error(), "not found") {
-			s.lost.Mark()
-			return
-		}
-	}
+// renew renews the session once, within a TTL: false when Consul says the
+// session is gone.
+func (s *lease) renew(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, s.l.ttl)
+	defer cancel()
+	e, _, err := s.l.c.Session().Renew(s.session, (&api.WriteOptions{}).WithContext(rctx))
+	return !(err == nil && e == nil || err != nil && strings.Contains(err.Error(), "not found"))
 }
 
 func (s *lease) destroy() {

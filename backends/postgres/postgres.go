@@ -144,7 +144,12 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	}
 	kctx, stop := context.WithCancel(context.Background())
 	s := &lease{l: l, conn: conn, fence: fence, stop: stop, done: make(chan struct{})}
-	go s.keepAlive(kctx)
+	// A query every lease/3, so the session is never idle for the timeout
+	// while the holder's process runs.
+	go func() {
+		defer close(s.done)
+		adapt.Renew(kctx, l.lease/3, &s.lost, s.keepAlive)
+	}()
 	return s, nil
 }
 
@@ -183,26 +188,13 @@ func (s *lease) Fence() uint64 { return s.fence }
 
 func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
-// keepAlive sends a query every lease/3 so the session is never idle for
-// the timeout while the holder's process runs.
-func (s *lease) keepAlive(ctx context.Context) {
-	defer close(s.done)
-	t := time.NewTicker(s.l.lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.mu.Lock()
-		_, err := s.conn.Exec(ctx, "SELECT 1")
-		s.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			s.lost.Mark()
-			return
-		}
-	}
+// keepAlive sends one query: false when it fails (the session is gone)
+// while the lease is still kept alive.
+func (s *lease) keepAlive(ctx context.Context) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.conn.Exec(ctx, "SELECT 1")
+	return err == nil || ctx.Err() != nil
 }
 
 // Release unlocks only this session's lock (an advisory lock belongs to its

@@ -42,9 +42,8 @@ type Config struct {
 	// Clients is empty. One entry is the single-instance lock; three or
 	// more independent servers make it Redlock.
 	Addrs []string
-	// Dial, if not nil, makes every connection to the servers (TLS, if any,
-	// is layered on top): pass suite.Client.Dial, so that the suite can
-	// fault this client's network. Default: TCP.
+	// Dial, if not nil, makes every connection to the servers, as redis.Config.Dial
+	// does. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key is the lock's name (the Redis key on every server). Required.
 	Key string

@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"crypto/tls"
 	"strings"
 	"testing"
 	"time"
@@ -43,16 +44,9 @@ func TestStartSecured(t *testing.T) {
 		}
 	}
 	t.Run("redis", func(t *testing.T) {
-		s, err := StartRedis(ctx, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Stop()
+		s := mustStart(t, func() (*Redis, error) { return StartRedis(ctx, opts...) })
 		sec := s.Secrets()
-		tc, err := sec.ClientTLS()
-		if err != nil {
-			t.Fatal(err)
-		}
+		tc := mustTLS(t, sec)
 		ping := func(o *goredis.Options) error {
 			o.Addr, o.MaxRetries, o.DialTimeout = s.Endpoint(), -1, 2*time.Second
 			c := goredis.NewClient(o)
@@ -69,11 +63,7 @@ func TestStartSecured(t *testing.T) {
 		}
 	})
 	t.Run("postgres", func(t *testing.T) {
-		s, err := StartPostgres(ctx, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Stop()
+		s := mustStart(t, func() (*Postgres, error) { return StartPostgres(ctx, opts...) })
 		conn := func(dsn string) error {
 			c, err := pgx.Connect(ctx, dsn)
 			if err == nil {
@@ -91,16 +81,9 @@ func TestStartSecured(t *testing.T) {
 		})
 	})
 	t.Run("etcd", func(t *testing.T) {
-		s, err := StartEtcd(ctx, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Stop()
+		s := mustStart(t, func() (*Etcd, error) { return StartEtcd(ctx, opts...) })
 		sec := s.Secrets()
-		tc, err := sec.ClientTLS()
-		if err != nil {
-			t.Fatal(err)
-		}
+		tc := mustTLS(t, sec)
 		put := func(cfg clientv3.Config) error {
 			cfg.Endpoints, cfg.DialTimeout, cfg.Logger = []string{s.Endpoint()}, 2*time.Second, zap.NewNop()
 			c, err := clientv3.New(cfg)
@@ -122,11 +105,7 @@ func TestStartSecured(t *testing.T) {
 		}
 	})
 	t.Run("consul", func(t *testing.T) {
-		s, err := StartConsul(ctx, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Stop()
+		s := mustStart(t, func() (*Consul, error) { return StartConsul(ctx, opts...) })
 		sec := s.Secrets()
 		put := func(addr, token string) error {
 			c, err := consulapi.NewClient(&consulapi.Config{Address: addr, Token: token, TLSConfig: consulapi.TLSConfig{CAFile: sec.CAFile}})
@@ -143,4 +122,25 @@ func TestStartSecured(t *testing.T) {
 			{"no TLS", put("http://"+s.Endpoint(), sec.Token), "HTTP request to an HTTPS server"},
 		})
 	})
+}
+
+// mustStart starts a server for t with start; it stops when t ends.
+func mustStart[S Server](t *testing.T, start func() (S, error)) S {
+	t.Helper()
+	s, err := start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s
+}
+
+// mustTLS is a client TLS configuration that trusts sec's CA.
+func mustTLS(t *testing.T, sec Secrets) *tls.Config {
+	t.Helper()
+	tc, err := sec.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
 }

@@ -52,10 +52,7 @@ func TestStartStop(t *testing.T) {
 		})
 	}
 	t.Run("etcd", func(t *testing.T) {
-		s, err := StartEtcd(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustStart(t, func() (*Etcd, error) { return StartEtcd(context.Background()) })
 		dir := s.dir
 		s.Stop()
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -74,11 +71,7 @@ func TestRedisClockJump(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := StartRedis(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
+	r := mustStart(t, func() (*Redis, error) { return StartRedis(ctx) })
 	if r.Clock() == nil {
 		t.Fatal("redis-server is not under libfaketime: install Debian's faketime package (ci/setup.sh does)")
 	}
@@ -112,10 +105,7 @@ func TestStopContinuesAStoppedServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real server")
 	}
-	r, err := StartRedis(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := mustStart(t, func() (*Redis, error) { return StartRedis(context.Background()) })
 	pid, dir := r.Pid(), r.p.dir
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

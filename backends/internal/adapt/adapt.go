@@ -93,6 +93,25 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// Renew calls renew every period until ctx is done. When renew reports the
+// lease gone (false), Renew marks lost and returns: the watcher of a lease
+// the service keeps only while the client renews it.
+func Renew(ctx context.Context, period time.Duration, lost *Lost, renew func(ctx context.Context) bool) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !renew(ctx) {
+			lost.Mark()
+			return
+		}
+	}
+}
+
 // Lost is a lease's lost channel (backends.LossNotifier): Mark closes it,
 // once, however many watchers call it. The zero Lost is ready to use.
 type Lost struct {
