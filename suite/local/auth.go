@@ -307,7 +307,7 @@ func (s symptoms) plainToTLS() bool { return s.c.tls == nil && speaksTLS(s.addr)
 // masked.
 func unavailable(sv *service, c *conn, err error) error {
 	addr := sv.hostPort(c.endpoint)
-	if c.tls != nil && sv.name != "postgres" {
+	if c.tls != nil && !sv.startTLS {
 		// A TLS failure can hide behind a timeout (gRPC retries until its
 		// deadline): shake hands once more, alone, to see it.
 		var op *net.OpError

@@ -142,11 +142,9 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 		want["etcd"] = true
 	}
 	// Postgres first: without it, the counter store is etcd's.
-	all := services()
-	for _, s := range all {
-		if s.name == "postgres" && (want["postgres"] || o.store == "postgres") {
-			e.provide(ctx, s)
-		}
+	if want["postgres"] || o.store == "postgres" {
+		pg, _ := serviceOf("postgres")
+		e.provide(ctx, pg)
 	}
 	if o.store == "postgres" && e.endpoint["postgres"] == "" {
 		err := e.Unavailable["postgres"]
@@ -156,7 +154,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	if e.endpoint["postgres"] == "" {
 		want["etcd"] = true // the store without Postgres
 	}
-	for _, s := range all {
+	for _, s := range services() {
 		if want[s.name] && s.name != "postgres" {
 			e.provide(ctx, s)
 		}

@@ -58,7 +58,10 @@ type service struct {
 	probe func(ctx context.Context, c *conn) error
 	// diagnose names the problem and the fix of a failed probe (auth.go).
 	diagnose func(s symptoms) (problem, fix string)
-	// hostPort is the first server's host:port in an endpoint; nil: the
+	// startTLS: TLS is negotiated inside the protocol (Postgres's
+	// SSLRequest), so a bare TLS handshake says nothing about a failure.
+	startTLS bool
+	// hostPortOf is the first server's host:port in an endpoint; nil: the
 	// endpoint is host:port.
 	hostPortOf func(endpoint string) string
 	// environ is the variable (name=value) that points a worker process at
@@ -110,6 +113,7 @@ func table() []backend {
 		probe:      probePostgres,
 		diagnose:   diagnosePostgres,
 		hostPortOf: pgHostPort,
+		startTLS:   true,
 		servers:    oneProcess("postgres", noClockPostgres),
 	}
 	consulSvc := &service{
