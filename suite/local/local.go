@@ -14,7 +14,12 @@
 //	LOCKSUITE_REDIS_NODES  comma-separated host:port or redis:// URLs of independent Redis servers (redsync-3)
 //
 // Besides the four services' own adapters (Names) it provides the lock
-// libraries people use, each on its service's server (Libraries).
+// libraries people use, each on its service's server (Libraries), and
+// replicated clusters (Clusters). Each backend is described once, in one
+// entry of the table in table.go: the service it runs on (how to start
+// one, the variables that name one, how to probe it, its defaults, its
+// processes) and how to make its Locker. Env.ConfigFor plugs a lock of the
+// caller's into one of these services.
 //
 // A named server is used as it is and never stopped; everything the suite
 // makes there is under suite.Config.Prefix. The credentials reach the
