@@ -1,0 +1,59 @@
+package local
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// TestTable: every backend has a unique name, a Locker and a service that
+// can be started and named by a variable; Names, Libraries and Clusters
+// list each backend once; a service's variables are its own.
+func TestTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, b := range table() {
+		if seen[b.name] {
+			t.Errorf("backend %q twice", b.name)
+		}
+		seen[b.name] = true
+		if b.newLocker == nil || b.on == nil || b.on.start == nil || len(b.on.vars) == 0 || b.on.lease <= 0 || b.on.pause <= 0 || b.on.duration <= 0 {
+			t.Errorf("backend %q lacks a Locker, a service, a start, a variable or its defaults: %+v", b.name, b.on)
+		}
+	}
+	all := slices.Concat(Names, Libraries, Clusters)
+	slices.Sort(all)
+	if len(all) != len(seen) || len(slices.Compact(all)) != len(seen) {
+		t.Errorf("Names, Libraries and Clusters (%v) do not list the %d backends once each", all, len(seen))
+	}
+	vars := map[string]string{}
+	for _, s := range services() {
+		for _, v := range s.vars {
+			if o, ok := vars[v]; ok {
+				t.Errorf("%s is a variable of both %s and %s", v, o, s.name)
+			}
+			vars[v] = s.name
+		}
+	}
+}
+
+// TestConfigFor: an unknown or unavailable service is an error that names
+// it; an available one gives the service's defaults and the caller's
+// Locker.
+func TestConfigFor(t *testing.T) {
+	e := &Env{endpoint: map[string]string{"redis": "127.0.0.1:1"}, conns: map[string]*conn{}, Unavailable: map[string]error{}, started: map[string]suite.Servers{}}
+	ours := func(context.Context, suite.Client) (backends.Locker, error) { return nil, nil }
+	if _, err := e.ConfigFor("mine", "memcached", false, ours); err == nil || !strings.Contains(err.Error(), `"memcached"`) {
+		t.Errorf("unknown service: %v", err)
+	}
+	if _, err := e.ConfigFor("mine", "consul", false, ours); err == nil || !strings.Contains(err.Error(), "consul is not available") {
+		t.Errorf("service not started: %v", err)
+	}
+	cfg, err := e.ConfigFor("mine", "redsync", true, ours)
+	if err != nil || cfg.Name != "mine" || !cfg.Fenced || cfg.Lease != Leases["redis"] || cfg.NewLocker == nil || cfg.NewStore == nil {
+		t.Errorf("redis (named by its library): %+v, %v", cfg, err)
+	}
+}
