@@ -205,6 +205,49 @@ func WaitHealthy(ctx context.Context, timeout time.Duration, healthy func(contex
 	}
 }
 
+// group is what the clusters share: their member processes, each in its
+// own directory under dir, which Stop removes.
+type group struct {
+	dir     string
+	members []*Member
+	once    sync.Once
+}
+
+// Members are the cluster's server processes, in a fixed order.
+func (g *group) Members() []*Member { return g.members }
+
+// Addrs are the members' addresses (host:port), in the order of Members.
+func (g *group) Addrs() []string {
+	var out []string
+	for _, m := range g.members {
+		out = append(out, m.addr)
+	}
+	return out
+}
+
+// restart runs every killed member again and waits, up to timeout, until
+// healthy returns nil.
+func (g *group) restart(ctx context.Context, timeout time.Duration, healthy func(context.Context) error) error {
+	if err := restartKilled(g.members); err != nil {
+		return err
+	}
+	return WaitHealthy(ctx, timeout, healthy)
+}
+
+// stop, once: runs first (if not nil), ends every member (sig, then
+// SIGKILL after grace), and removes dir.
+func (g *group) stop(sig syscall.Signal, grace time.Duration, first func()) {
+	g.once.Do(func() {
+		if first != nil {
+			first()
+		}
+		for _, m := range g.members {
+			m.end(sig, grace)
+		}
+		os.RemoveAll(g.dir)
+	})
+}
+
 // restartKilled runs every killed member again.
 func restartKilled(ms []*Member) error {
 	for _, m := range ms {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -18,28 +17,15 @@ import (
 // with retry_join), each its own process with its own ports and data
 // directory. Started by StartConsulCluster.
 type ConsulCluster struct {
-	dir     string
-	members []*Member
+	group
 	raft    map[string]*Member // Raft address (the server port) → member
 	clients map[*Member]*api.Client
-	once    sync.Once
 }
 
 func (s *ConsulCluster) Name() string { return "consul-cluster" }
 
 // Endpoint is every server's HTTP address, comma-separated.
 func (s *ConsulCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") }
-
-// Addrs are the servers' HTTP addresses.
-func (s *ConsulCluster) Addrs() []string {
-	var out []string
-	for _, m := range s.members {
-		out = append(out, m.addr)
-	}
-	return out
-}
-
-func (s *ConsulCluster) Members() []*Member { return s.members }
 
 // StartConsulCluster starts n Consul servers (the binary of ConsulBinary) on
 // free loopback ports with session_ttl_min = "100ms", as StartConsul does,
@@ -59,7 +45,7 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 	}
-	s := &ConsulCluster{dir: dir, raft: map[string]*Member{}, clients: map[*Member]*api.Client{}}
+	s := &ConsulCluster{group: group{dir: dir}, raft: map[string]*Member{}, clients: map[*Member]*api.Client{}}
 	var join []string
 	for i := range n {
 		join = append(join, fmt.Sprintf("%q", fmt.Sprintf("127.0.0.1:%d", ports[4*i+1])))
@@ -174,19 +160,11 @@ func (s *ConsulCluster) Healthy(ctx context.Context) error {
 func (s *ConsulCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
 
 func (s *ConsulCluster) Restart(ctx context.Context) error {
-	if err := restartKilled(s.members); err != nil {
-		return err
-	}
-	return WaitHealthy(ctx, 60*time.Second, s.Healthy)
+	return s.restart(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the cluster's directory.
 func (s *ConsulCluster) Stop() error {
-	s.once.Do(func() {
-		for _, m := range s.members {
-			m.end(syscall.SIGTERM, 3*time.Second)
-		}
-		os.RemoveAll(s.dir)
-	})
+	s.stop(syscall.SIGTERM, 3*time.Second, nil)
 	return nil
 }

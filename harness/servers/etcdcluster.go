@@ -87,29 +87,16 @@ func serveEtcdMember(v string) int {
 // EtcdCluster is a three-member etcd cluster, each member its own process,
 // started by StartEtcdCluster.
 type EtcdCluster struct {
-	dir     string
-	members []*Member
-	c       *clientv3.Client
-	mu      sync.Mutex
-	ids     map[uint64]*Member // member ID → member, learnt from Status
-	once    sync.Once
+	group
+	c   *clientv3.Client
+	mu  sync.Mutex
+	ids map[uint64]*Member // member ID → member, learnt from Status
 }
 
 func (s *EtcdCluster) Name() string { return "etcd-cluster" }
 
 // Endpoint is every member's client address, comma-separated.
 func (s *EtcdCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") }
-
-// Addrs are the members' client addresses.
-func (s *EtcdCluster) Addrs() []string {
-	var out []string
-	for _, m := range s.members {
-		out = append(out, m.addr)
-	}
-	return out
-}
-
-func (s *EtcdCluster) Members() []*Member { return s.members }
 
 // StartEtcdCluster starts n etcd members (three for the failover scenario)
 // on free loopback ports, each its own process running the embedded server
@@ -132,7 +119,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &EtcdCluster{dir: dir, ids: map[uint64]*Member{}}
+	s := &EtcdCluster{group: group{dir: dir}, ids: map[uint64]*Member{}}
 	var initial []string
 	for i := range n {
 		initial = append(initial, fmt.Sprintf("etcd-%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
@@ -222,22 +209,15 @@ func (s *EtcdCluster) Leader(ctx context.Context) (*Member, error) {
 }
 
 func (s *EtcdCluster) Restart(ctx context.Context) error {
-	if err := restartKilled(s.members); err != nil {
-		return err
-	}
-	return WaitHealthy(ctx, 30*time.Second, s.Healthy)
+	return s.restart(ctx, 30*time.Second, s.Healthy)
 }
 
 // Stop ends every member and removes the cluster's directory.
 func (s *EtcdCluster) Stop() error {
-	s.once.Do(func() {
+	s.stop(syscall.SIGTERM, 5*time.Second, func() {
 		if s.c != nil {
 			s.c.Close()
 		}
-		for _, m := range s.members {
-			m.end(syscall.SIGTERM, 5*time.Second)
-		}
-		os.RemoveAll(s.dir)
 	})
 	return nil
 }

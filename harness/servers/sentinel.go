@@ -23,14 +23,12 @@ const SentinelMaster = "locksuite"
 // three Sentinels (quorum 2) that promote the replica when the primary
 // fails. Started by StartRedisSentinel.
 type RedisSentinel struct {
-	dir       string
-	members   []*Member // the Redis servers: redis-1 starts as the primary
+	group     // the Redis servers: redis-1 starts as the primary
 	sentinels []*proc
 	saddrs    []string
 
 	mu      sync.Mutex
 	primary string // the primary's address, as the sentinels last agreed
-	once    sync.Once
 }
 
 func (s *RedisSentinel) Name() string { return "redis-sentinel" }
@@ -44,8 +42,6 @@ func (s *RedisSentinel) SentinelAddrs() []string { return s.saddrs }
 
 // MasterName is the name the sentinels know the primary by.
 func (s *RedisSentinel) MasterName() string { return SentinelMaster }
-
-func (s *RedisSentinel) Members() []*Member { return s.members }
 
 // StartRedisSentinel starts Debian's redis-server twice (a primary, and a
 // replica of it: asynchronous replication, no persistence) and
@@ -79,7 +75,7 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 	if err != nil {
 		return nil, fail(err, "a writable temporary directory")
 	}
-	s := &RedisSentinel{dir: dir, primary: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	s := &RedisSentinel{group: group{dir: dir}, primary: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	for i := range 2 {
 		name := fmt.Sprintf("redis-%d", i+1)
 		mdir := filepath.Join(dir, name)
@@ -303,10 +299,7 @@ func (s *RedisSentinel) Restart(ctx context.Context) error {
 	if _, err := s.sentinelPrimary(ctx); err != nil {
 		return err
 	}
-	if err := restartKilled(s.members); err != nil {
-		return err
-	}
-	return WaitHealthy(ctx, 30*time.Second, s.Healthy)
+	return s.restart(ctx, 30*time.Second, s.Healthy)
 }
 
 // HoldReplication makes the replicas fall behind the primary from now on:
@@ -362,14 +355,10 @@ func (s *RedisSentinel) HoldReplication(ctx context.Context) (resume func() erro
 
 // Stop ends every server and sentinel and removes the directory.
 func (s *RedisSentinel) Stop() error {
-	s.once.Do(func() {
+	s.stop(syscall.SIGTERM, 3*time.Second, func() {
 		for _, p := range s.sentinels {
 			p.stop(syscall.SIGTERM, 3*time.Second)
 		}
-		for _, m := range s.members {
-			m.end(syscall.SIGTERM, 3*time.Second)
-		}
-		os.RemoveAll(s.dir)
 	})
 	return nil
 }
