@@ -195,6 +195,9 @@ func probeConsul(ctx context.Context, c *conn) error {
 // probeEtcd: the first endpoint's status (public), then a read (needs the
 // user).
 func probeEtcd(ctx context.Context, c *conn) error {
+	if len(c.addrs()) == 0 {
+		return errors.New("no endpoint")
+	}
 	ec, err := c.etcdClient()
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -46,10 +47,13 @@ func startRedisNodes(ctx context.Context, n int) (servers.Server, error) {
 // probeNodes checks that every Redis server LOCKSUITE_REDIS_NODES names
 // answers.
 func probeNodes(ctx context.Context, c *conn) error {
+	const fix = "check LOCKSUITE_REDIS_NODES (comma-separated host:port or redis:// URLs of independent servers), or unset it to let the harness start three redis-servers"
+	if len(c.addrs()) == 0 {
+		return &servers.Unavailable{Backend: "redis-3", Err: errors.New("no server in LOCKSUITE_REDIS_NODES"), Fix: fix}
+	}
 	for _, a := range c.addrs() {
 		if err := probeRedis(ctx, &conn{endpoint: a}); err != nil {
-			return &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", redact.URL(a), redact.Error(err)),
-				Fix: "check LOCKSUITE_REDIS_NODES (comma-separated host:port or redis:// URLs of independent servers), or unset it to let the harness start three redis-servers"}
+			return &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", redact.URL(a), redact.Error(err)), Fix: fix}
 		}
 	}
 	return nil
