@@ -276,6 +276,17 @@ func namesOf(k kind) []string {
 	return out
 }
 
+// Variables are the environment variables that name a server the user
+// runs instead of one the harness starts, one per service, in table order
+// (DATABASE_URL stands for libpq's PG* variables too).
+func Variables() []string {
+	var out []string
+	for _, s := range services() {
+		out = append(out, s.vars[0])
+	}
+	return out
+}
+
 func leases() map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, b := range table() {
