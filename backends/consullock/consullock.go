@@ -53,8 +53,8 @@ type Config struct {
 	Address string
 	// Token is an ACL token; empty uses CONSUL_HTTP_TOKEN if set.
 	Token string
-	// Dial, if not nil, makes every connection to the agent, as consul.Config.Dial
-	// does. Default: TCP.
+	// Dial, if not nil, makes every connection to the agent, as
+	// consul.Config.Dial does. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key is the lock's KV key. Required.
 	Key string

@@ -45,8 +45,8 @@ type Config struct {
 	// Endpoints are host:port addresses (as in ETCDCTL_ENDPOINTS); used when
 	// Client is nil.
 	Endpoints []string
-	// Dial, if not nil, makes every connection to the servers, as etcd.Config.Dial
-	// does. Default: TCP.
+	// Dial, if not nil, makes every connection to the servers, as
+	// etcd.Config.Dial does. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key is the mutex's prefix (concurrency.NewMutex's pfx). Required.
 	// Mutex.Lock takes every key under Key+"/" for a waiter's: a key

@@ -48,8 +48,8 @@ type Config struct {
 	// plain and TLS attempts included, and verify-full still checks the
 	// connection string's host name.
 	Addr string
-	// Dial, if not nil, makes every connection to the server, as postgres.Config.Dial
-	// does. Default: TCP.
+	// Dial, if not nil, makes every connection to the server, as
+	// postgres.Config.Dial does. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key names the lock; it is hashed (FNV-64a) to the advisory lock's
 	// bigint key. Required.

@@ -42,8 +42,8 @@ type Config struct {
 	// Clients is empty. One entry is the single-instance lock; three or
 	// more independent servers make it Redlock.
 	Addrs []string
-	// Dial, if not nil, makes every connection to the servers, as redis.Config.Dial
-	// does. Default: TCP.
+	// Dial, if not nil, makes every connection to the servers, as
+	// redis.Config.Dial does. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key is the lock's name (the Redis key on every server). Required.
 	Key string
