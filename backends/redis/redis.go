@@ -79,8 +79,8 @@ type Config struct {
 	Key string
 	// Lease is the PX of the SET. Default 500ms; at least 1ms.
 	Lease time.Duration
-	// Poll is the wait between attempts while the lock is taken. Default 5ms,
-	// as in the reference guide.
+	// Poll is the wait between attempts while the lock is taken. Default
+	// 5ms.
 	Poll time.Duration
 	_    struct{}
 }

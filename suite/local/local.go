@@ -113,13 +113,14 @@ type Option func(*options)
 
 type options struct{ store string }
 
-// WithStore picks the counter store: "postgres" (the reference guide's) or
-// "etcd". Default: Postgres when it is among the backends, else etcd.
+// WithStore picks the counter store: "postgres" or "etcd". Default:
+// Postgres when a backend on it is among those Start provides, else etcd.
 func WithStore(name string) Option { return func(o *options) { o.store = name } }
 
-// Start provides each named backend, and the counter store: Postgres if it
-// is among names (or named by DATABASE_URL/PG*) or asked for with WithStore,
-// else etcd, which is always available embedded. A backend that cannot be
+// Start provides each named backend (or service, for ConfigFor), and the
+// counter store: Postgres if a backend on it is among names or WithStore
+// asks for it (the server DATABASE_URL/PG* name, if set), else etcd, which
+// is always available embedded. A backend that cannot be
 // had is recorded in Unavailable, not returned as an error; the error is for
 // the store.
 //
