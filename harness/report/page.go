@@ -224,7 +224,7 @@ table.rows td { font-size: 12px; } table.rows td.num { text-align: right; }
 {{end}}
 {{if .Rows}}<h2>Runs</h2>
 <table class="rows" id="rows"><tr><th>backend</th><th>fencing</th><th>scenario</th><th>verdict</th><th>expected</th><th>writes</th><th>counter</th><th>lost</th><th>overlaps</th><th>rejected</th><th>lease</th><th>time</th><th>seed</th><th>reason</th><th>reproduce</th></tr>
-{{range .Rows}}<tr><td>{{.Backend}}</td><td>{{.Fence}}</td><td>{{.Scenario}}</td><td class="v-{{.Verdict}}">{{.Verdict}}</td><td>{{.Expected}}</td>{{if .Skip}}<td colspan="9"></td>{{else}}<td class="num">{{.Writes}}</td><td class="num">{{.Counter}}</td><td class="num">{{.Lost}}</td><td class="num">{{.Overlaps}}</td><td class="num">{{.Rejected}}</td><td class="num">{{.Lease}}</td><td class="num">{{.Time}}</td><td>{{.Seed}}</td>{{end}}<td>{{.Reason}}</td><td>{{if .Repro}}<code>{{.Repro}}</code>{{end}}</td></tr>
+{{range .Rows}}<tr><td>{{.Backend}}</td><td>{{.Fence}}</td><td>{{.Scenario}}</td><td class="v-{{.Verdict}}">{{.Verdict}}</td><td>{{.Expected}}</td>{{if .Skip}}<td colspan="8"></td>{{else}}<td class="num">{{.Writes}}</td><td class="num">{{.Counter}}</td><td class="num">{{.Lost}}</td><td class="num">{{.Overlaps}}</td><td class="num">{{.Rejected}}</td><td class="num">{{.Lease}}</td><td class="num">{{.Time}}</td><td>{{.Seed}}</td>{{end}}<td>{{.Reason}}</td><td>{{if .Repro}}<code>{{.Repro}}</code>{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{if .Env}}<h2>Environment</h2>
 <table id="env">{{range .Env}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>{{end}}
