@@ -39,6 +39,7 @@ write is in the protected counter exactly once.
 Usage:
   locksuite run [flags]     run the suite and print a result table
   locksuite sweep [flags]   lost updates over leases × pause lengths for one backend
+  locksuite diff OLD NEW    what changed between two runs' --json rows (exit 1: kept → broken)
   locksuite help            show this text
 
 Run 'locksuite run --help' or 'locksuite sweep --help' for their flags and
@@ -78,12 +79,15 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "run", "sweep":
+	case "run", "sweep", "diff":
 		var err error
-		if args[0] == "run" {
+		switch args[0] {
+		case "run":
 			err = run(args[1:], stdout, stderr)
-		} else {
+		case "sweep":
 			err = sweep(args[1:], stdout, stderr)
+		default:
+			err = diffCmd(args[1:], stdout, stderr)
 		}
 		var ue *usageError
 		switch {
