@@ -87,9 +87,9 @@ func diffCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("locksuite diff", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	as := renames{}
-	fs.Var(as, "as", "compare OLD's backend `OLDNAME=NEWNAME` with NEW's (a migration), repeatable or comma-separated: redis=etcd,postgres=consul")
-	md := fs.Bool("markdown", false, "print Markdown, for a pull-request comment")
-	all := fs.Bool("all", false, "list the unchanged rows too")
+	fs.Var(as, "as", "compare OLD's backend `OLDNAME=NEWNAME` with NEW's (a migration), repeatable or comma-separated: redis=etcd,postgres=consul (default: none, backends matched by name)")
+	md := fs.Bool("markdown", false, "print Markdown, for a pull-request comment (default: an aligned text table)")
+	all := fs.Bool("all", false, "list the unchanged rows too (default: the changes only)")
 	fs.Usage = func() { fmt.Fprint(stderr, diffUsage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

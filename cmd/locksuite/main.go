@@ -198,7 +198,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the matrix, its notes and every row (folded) as Markdown to `FILE`, for a pull-request comment (default: not written)")
 	fs.StringVar(&o.html, "html", "", "also write a self-contained HTML report to `FILE`: the matrix coloured, each cell linked to its runs' timelines and histories (kept in --artifacts, default FILE's name with _files for .html), how to reproduce each run, the environment (default: not written)")
-	fs.BoolVar(&o.rows, "rows", false, "print every row (one per run) above the matrix; with --repeat, one line per backend, fencing and scenario with the counts")
+	fs.BoolVar(&o.rows, "rows", false, "print every row (one per run) above the matrix; with --repeat, one line per backend, fencing and scenario with the counts (default: the matrix only)")
 	fs.StringVar(&o.junit, "junit", "", "also write Ginkgo's JUnit XML report to `FILE` (default: not written)")
 	fs.IntVar(&o.repeat, "repeat", 1, "run each scenario `N` times and summarize the verdicts")
 	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")

@@ -285,3 +285,31 @@ func cutShort(ctx context.Context, rows []report.Row, planned int) string {
 	}
 	return fmt.Sprintf("Cut short by an interrupt: %d of %d runs finished; the rows are those.", len(rows), max(planned, len(rows)))
 }
+
+// writeSweepHTML writes sweep's grid as a report with a heat map, its
+// cells linked to their timelines in files.
+func writeSweepHTML(path, files, backend string, fenced bool, count int, leases, pauses []time.Duration, cells map[[2]time.Duration]report.Row, args []string) error {
+	sw := &report.Sweep{Backend: backend, Fencing: fenced, Count: count, Leases: leases, Pauses: pauses}
+	var rows []report.Row
+	for _, l := range leases {
+		var line []report.Row
+		for _, p := range pauses {
+			r := cells[[2]time.Duration{l, p}]
+			line = append(line, r)
+			rows = append(rows, r)
+		}
+		sw.Cells = append(sw.Cells, line)
+	}
+	cmd := append([]string{"locksuite", "sweep"}, args...)
+	for i, a := range cmd {
+		cmd[i] = shellQuote(a)
+	}
+	env := append([][2]string{{"command", strings.Join(cmd, " ")}}, environment([]string{backend})...)
+	err := writeAtomic(path, func(w io.Writer) error {
+		return report.WriteReport(w, report.Report{Title: "locksuite sweep: " + backend, Rows: rows, Env: env, Base: filepath.Dir(path), Sweep: sw})
+	})
+	if err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
+	return nil
+}
