@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/locksuite/locksuite/harness/worker"
 )
@@ -55,7 +56,7 @@ func checkOutput(o output) error {
 		}
 		f.Close()
 		return probeDir(filepath.Dir(o.path))
-	case !errors.Is(err, fs.ErrNotExist):
+	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR): // ENOTDIR: a parent is a file, said below
 		return fmt.Errorf("%v: choose another path", unwrapPath(err))
 	case o.dir:
 		// Made by the run: its nearest existing ancestor must take it.
