@@ -46,9 +46,9 @@ type Sweep struct {
 // backend, fencing mode and scenario (class "cell v-kept", "v-broken",
 // "v-unknown" or "v-skipped"; the table has the id "matrix"), each cell
 // that ran linking to its runs' timelines (class "timeline") and histories
-// (class "history") when Row.Artifacts names them; the notes; the sweep's
-// heat map (id "sweep"); every row's figures and how to reproduce it; and
-// the environment.
+// (class "history") when Row.Artifacts names them, and the notes; for a
+// Sweep, its heat map (id "sweep") instead; every row's figures and how to
+// reproduce it; and the environment.
 func WriteReport(w io.Writer, r Report) error {
 	type link struct {
 		Label, Class string
@@ -210,13 +210,13 @@ table.rows td { font-size: 12px; } table.rows td.num { text-align: right; }
 <body>
 <h1>{{.Title}}</h1>
 {{if .Status}}<p class="status" id="status">{{.Status}}</p>{{end}}
-<h2>Matrix</h2>
+{{if not .Sweep}}<h2>Matrix</h2>
 <table id="matrix"><tr><th>backend</th><th>fencing</th>{{range .Scenarios}}<th>{{.}}</th>{{end}}</tr>
 {{range .Lines}}<tr><th>{{.Backend}}</th><th>{{.Fencing}}</th>{{range .Cells}}<td class="cell{{if .Class}} v-{{.Class}}{{end}}">{{.Text}}{{if .Links}}<br>{{range .Links}}<a class="{{.Class}}" href="{{.Href}}">{{.Label}}</a>{{end}}{{end}}</td>{{end}}</tr>
 {{end}}</table>
 <p class="legend">{{.Legend}}</p>
 {{if .Notes}}<ol class="notes">{{range .Notes}}<li>{{.}}</li>{{end}}</ol>{{end}}
-{{with .Sweep}}<h2>Lost updates: lease × pause ({{.Backend}}, fencing {{.Fencing}}, {{.Count}} pauses per cell)</h2>
+{{end}}{{with .Sweep}}<h2>Lost updates: lease × pause ({{.Backend}}, fencing {{.Fencing}}, {{.Count}} pauses per cell)</h2>
 <table id="sweep"><tr><th>lease \ pause</th>{{range .Pauses}}<th>{{.}}</th>{{end}}</tr>
 {{range .Lines}}<tr><th>{{.Lease}}</th>{{range .Cells}}<td style="{{.Style}}" title="{{.Title}}">{{if .Href}}<a href="{{.Href}}">{{.Text}}</a>{{else}}{{.Text}}{{end}}</td>{{end}}</tr>
 {{end}}</table>

@@ -19,19 +19,27 @@ func TestWriteReport(t *testing.T) {
 			Artifacts: []string{"/elsewhere/x y.html"}},
 		{Backend: "redis", Scenario: "pause", Verdict: Skipped, Reason: `</td><script>alert(1)</script>`},
 	}
-	ms := time.Millisecond
 	var b bytes.Buffer
 	err := WriteReport(&b, Report{
 		Title: "locksuite run", Status: "cut short by SIGINT after 2 of 6 runs", Rows: rows, Base: "/tmp/art",
 		Env:       [][2]string{{"go", "go1.26"}},
 		Reproduce: func(r Row) string { return "locksuite run --backends " + r.Backend },
-		Sweep: &Sweep{Backend: "redis", Count: 3, Leases: []time.Duration{200 * ms, time.Second}, Pauses: []time.Duration{300 * ms},
-			Cells: [][]Row{{{Verdict: Broken, Lost: 5, Writes: 10}}, {{Verdict: Kept, Writes: 10}}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := b.String()
+	ms := time.Millisecond
+	var sb bytes.Buffer
+	err = WriteReport(&sb, Report{Title: "locksuite sweep", Rows: rows[:1],
+		Sweep: &Sweep{Backend: "redis", Count: 3, Leases: []time.Duration{200 * ms, time.Second}, Pauses: []time.Duration{300 * ms},
+			Cells: [][]Row{{{Verdict: Broken, Lost: 5, Writes: 10}}, {{Verdict: Kept, Writes: 10}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(sb.String(), `id="matrix"`) || strings.Contains(b.String(), `id="sweep"`) {
+		t.Errorf("a sweep's page has a matrix, or a run's a heat map")
+	}
+	page := b.String() + sb.String()
 	if m := regexp.MustCompile(`(?i)<script|src\s*=|@import|url\(|https?:`).FindString(page); m != "" {
 		t.Errorf("the page has a script or refers to something outside itself: %q", m)
 	}
