@@ -283,7 +283,7 @@ func cutShort(ctx context.Context, rows []report.Row, planned int) string {
 	if ctx.Err() == nil {
 		return ""
 	}
-	return fmt.Sprintf("Cut short by an interrupt: %d of %d runs finished; the rows are those.", len(rows), max(planned, len(rows)))
+	return fmt.Sprintf("Cut short by an interrupt: rows for %d of %d runs (one cut off mid-run shows as unknown); the others did not run.", len(rows), max(planned, len(rows)))
 }
 
 // writeSweepHTML writes sweep's grid as a report with a heat map, its
