@@ -411,6 +411,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		prog = newProgress(stderr, o.progress == "auto" && isTerminal(stderr), every, total)
 	}
 	res.planned = len(rows) + ran*len(o.scenarios)*o.repeat
+	res.begin(rows)
 	specLog, err := runSpecs(specLogIn(o, art))
 	if prog != nil {
 		prog.close()

@@ -39,9 +39,21 @@ func newResults(o options, art *artifacts, stderr io.Writer) *results {
 	return &results{o: o, art: art, stderr: stderr, start: time.Now(), failed: map[string]bool{}}
 }
 
+// begin writes the outputs as the specs start, with the rows known by
+// then (backends that could not run): from here on they are this run's,
+// never an earlier run's left in the same files.
+func (s *results) begin(rows []report.Row) {
+	s.rows = slices.Clone(rows)
+	s.flush()
+}
+
 // add records one finished row and rewrites the outputs.
 func (s *results) add(r report.Row) {
 	s.rows = append(s.rows, r)
+	s.flush()
+}
+
+func (s *results) flush() {
 	rows := slices.Clone(s.rows)
 	report.Sort(rows)
 	s.write(rows, fmt.Sprintf("Incomplete: %d of %d runs finished by %s; the run was still going, or was cut short there.",
