@@ -108,7 +108,7 @@ func (s *results) finish(rows []report.Row, status string, passed bool, specLog 
 	case specLog == "":
 	case s.o.log != "" || (s.art.kept && strings.HasPrefix(specLog, s.art.dir+string(filepath.Separator))):
 		fmt.Fprintf(s.stderr, "locksuite: spec log: %s\n", specLog)
-	case s.art.kept:
+	case s.art.kept && exists(filepath.Join(s.art.dir, "spec.log")): // artifacts.finish copied it
 		os.Remove(specLog)
 		fmt.Fprintf(s.stderr, "locksuite: spec log: %s\n", filepath.Join(s.art.dir, "spec.log"))
 	case passed:
@@ -116,6 +116,11 @@ func (s *results) finish(rows []report.Row, status string, passed bool, specLog 
 	default:
 		fmt.Fprintf(s.stderr, "locksuite: the spec log is %s\n", specLog)
 	}
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // specLogIn is where runSpecs writes the spec log: --log's file, else
