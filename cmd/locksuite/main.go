@@ -221,11 +221,14 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, `Usage: locksuite run [flags]
 
 Runs the suite's scenarios for each backend, with fencing off and on, against
-real servers, and prints backend, fencing, scenario, writes, counter, lost,
-overlaps, rejected and the verdict (kept, broken, or skipped with the reason).
+real servers, and prints the matrix: a line per backend and fencing mode, a
+column per scenario, each cell kept, BROKEN n lost, unknown or – (skipped), the
+reasons as numbered notes below (--rows: every run's writes, counter, lost,
+overlaps, rejected and verdict too). Compare two runs' --json with locksuite diff.
 
 Example:
   locksuite run --backends etcd --scenarios deterministic-pause --json r.json
+  locksuite run --backends etcd --html r.html     (open r.html: the matrix, linked to every run's timeline)
   locksuite run --backends redis --scenarios pause-targeted --fencing off --seed 42
 
 Flags:

@@ -151,9 +151,8 @@ func NewMatrix(rows []Row) Matrix {
 }
 
 // legend explains the cells; printed under every matrix.
-const legend = "kept: the counter kept every acknowledged write; BROKEN n lost: n acknowledged writes were lost (or sections overlapped); " +
-	"unknown: no verdict could be reached; –: skipped; [n]: note n below; !: not the verdict the spec expected (a finding); " +
-	"with --repeat: broken runs / runs."
+const legend = "kept: every acknowledged write counted. BROKEN n lost: n acknowledged writes lost (BROKEN alone: sections overlapped).\n" +
+	"unknown: no verdict. –: skipped. [n]: note n. !: not the verdict the spec expected (a finding). --repeat: broken runs/runs."
 
 // WriteMatrix prints rows as an aligned Matrix, then the legend and the
 // numbered notes.
@@ -182,6 +181,10 @@ func WriteMatrix(w io.Writer, rows []Row) error {
 	return writeNotes(w, m, false)
 }
 
+// mdEscape keeps a reason inside its Markdown list item: no table pipe,
+// no HTML tag.
+var mdEscape = strings.NewReplacer("|", `\|`, "<", "&lt;")
+
 // writeNotes prints the legend and the numbered notes; for Markdown, the
 // notes as a list (consecutive lines would join into one paragraph) with
 // table pipes escaped.
@@ -193,7 +196,7 @@ func writeNotes(w io.Writer, m Matrix, markdown bool) error {
 		prefix := ""
 		if markdown {
 			prefix = "\n- "
-			n = strings.ReplaceAll(n, "|", `\|`)
+			n = mdEscape.Replace(n)
 		}
 		if _, err := fmt.Fprintf(w, "%s[%d] %s\n", prefix, i+1, n); err != nil {
 			return err

@@ -49,7 +49,7 @@ func TestMatrixCells(t *testing.T) {
 // TestWriteMatrix: lines backend × fencing, columns scenarios, a reason
 // printed once however many cells share it, the same cells in Markdown.
 func TestWriteMatrix(t *testing.T) {
-	long := "consul: not installed | run ci/setup.sh"
+	long := "consul: not installed | run ci/setup.sh <now>"
 	rows := []Row{
 		{Backend: "consul", Fencing: false, Scenario: "baseline", Verdict: Skipped, Reason: long},
 		{Backend: "consul", Fencing: false, Scenario: "pause", Verdict: Skipped, Reason: long},
@@ -75,7 +75,7 @@ func TestWriteMatrix(t *testing.T) {
 			"| consul | off | – [1] | – [1] |",
 			"| etcd | off | kept | **BROKEN 4 lost** |",
 			"| etcd | on | kept | kept |",
-			"- [1] consul: not installed \\| run ci/setup.sh",
+			"- [1] consul: not installed \\| run ci/setup.sh &lt;now>",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -214,7 +214,7 @@ table.rows td { font-size: 12px; } table.rows td.num { text-align: right; }
 <table id="matrix"><tr><th>backend</th><th>fencing</th>{{range .Scenarios}}<th>{{.}}</th>{{end}}</tr>
 {{range .Lines}}<tr><th>{{.Backend}}</th><th>{{.Fencing}}</th>{{range .Cells}}<td class="cell{{if .Class}} v-{{.Class}}{{end}}">{{.Text}}{{if .Links}}<br>{{range .Links}}<a class="{{.Class}}" href="{{.Href}}">{{.Label}}</a>{{end}}{{end}}</td>{{end}}</tr>
 {{end}}</table>
-<p class="legend">{{.Legend}}</p>
+<p class="legend" style="white-space:pre-line">{{.Legend}}</p>
 {{if .Notes}}<ol class="notes">{{range .Notes}}<li>{{.}}</li>{{end}}</ol>{{end}}
 {{end}}{{with .Sweep}}<h2>Lost updates: lease × pause ({{.Backend}}, fencing {{.Fencing}}, {{.Count}} pauses per cell)</h2>
 <table id="sweep"><tr><th>lease \ pause</th>{{range .Pauses}}<th>{{.}}</th>{{end}}</tr>
