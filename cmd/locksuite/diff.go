@@ -27,7 +27,7 @@ NEW; 0 otherwise; 2 for bad usage or a file that cannot be read.
 
 A library upgrade: run the same backends before and after, and compare.
   locksuite run --backends redsync --json before.json
-  go get github.com/go-redsync/redsync/v4@latest
+  go get github.com/go-redsync/redsync/v4@latest && go install ./cmd/locksuite
   locksuite run --backends redsync --json after.json
   locksuite diff before.json after.json
 
@@ -87,7 +87,7 @@ func diffCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("locksuite diff", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	as := renames{}
-	fs.Var(as, "as", "compare OLD's backend `OLDNAME=NEWNAME` with NEW's (a migration), repeatable or comma-separated: redis=etcd,postgres=consul (default: none, backends matched by name)")
+	fs.Var(as, "as", "`OLDNAME=NEWNAME`: compare OLD's backend OLDNAME with NEW's NEWNAME (a migration); repeatable or comma-separated: redis=etcd,postgres=consul (default: none, backends matched by name)")
 	md := fs.Bool("markdown", false, "print Markdown, for a pull-request comment (default: an aligned text table)")
 	all := fs.Bool("all", false, "list the unchanged rows too (default: the changes only)")
 	fs.Usage = func() { fmt.Fprint(stderr, diffUsage); fs.PrintDefaults() }
