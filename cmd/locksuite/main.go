@@ -424,7 +424,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	report.Sort(rows)
 	art.finish(rows, env, specLog, stderr, ctx.Err() != nil)
-	res.finish(rows, cutShort(ctx, rows, res.planned), ctx.Err() == nil && len(findings(rows)) == 0, specLog, stdout)
+	if err := res.finish(rows, cutShort(ctx, rows, res.planned), ctx.Err() == nil && len(findings(rows)) == 0, specLog, stdout); err != nil && ctx.Err() == nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted")
 	}

@@ -61,28 +61,45 @@ func (s *results) flush() {
 }
 
 // write writes every requested output; status, if not empty, says why
-// the rows are incomplete.
-func (s *results) write(rows []report.Row, status string) {
+// the rows are incomplete. It returns the first failure, as "--flag: ...";
+// one while the run goes on is printed once per flag, and the run goes on.
+func (s *results) write(rows []report.Row, status string) error {
+	var first error
 	try := func(flag, path string, f func(io.Writer) error) {
 		if path == "" {
 			return
 		}
-		if err := writeAtomic(path, f); err != nil && !s.failed[flag] {
-			s.failed[flag] = true
-			fmt.Fprintf(s.stderr, "locksuite: --%s: %v\n", flag, err)
+		if err := writeAtomic(path, f); err != nil {
+			err = fmt.Errorf("--%s: %w", flag, err)
+			if first == nil {
+				first = err
+			}
+			if !s.failed[flag] {
+				s.failed[flag] = true
+				fmt.Fprintf(s.stderr, "locksuite: %v\n", err)
+			}
 		}
 	}
 	try("json", s.o.json, func(w io.Writer) error { return report.EncodeRows(w, rows) })
 	try("markdown", s.o.markdown, func(w io.Writer) error { return writeMarkdown(w, rows, status) })
 	try("html", s.o.html, func(w io.Writer) error { return s.writeHTML(w, rows, status, filepath.Dir(s.o.html)) })
+	return first
 }
 
 // finish writes the outputs for the run's end: rows sorted, artifacts
 // settled (artifacts.finish ran), status empty for a complete run. It
 // writes index.html into a kept artifacts directory, prints the matrix
 // (and with --rows the rows) on stdout, and keeps or removes the spec log.
-func (s *results) finish(rows []report.Row, status string, passed bool, specLog string, stdout io.Writer) {
-	s.write(rows, status)
+// It returns the failure to write an output, if any: the run's exit
+// status is then 2.
+func (s *results) finish(rows []report.Row, status string, passed bool, specLog string, stdout io.Writer) error {
+	for _, f := range []string{"json", "markdown", "html"} {
+		s.failed[f] = true // said once, below or by the caller
+	}
+	werr := s.write(rows, status)
+	if werr != nil && status != "" {
+		fmt.Fprintf(s.stderr, "locksuite: %v\n", werr) // the caller returns "interrupted"
+	}
 	if s.art.dir != "" && s.art.kept {
 		idx := filepath.Join(s.art.dir, "index.html")
 		if err := writeAtomic(idx, func(w io.Writer) error { return s.writeHTML(w, rows, status, s.art.dir) }); err != nil {
@@ -116,6 +133,7 @@ func (s *results) finish(rows []report.Row, status string, passed bool, specLog 
 	default:
 		fmt.Fprintf(s.stderr, "locksuite: the spec log is %s\n", specLog)
 	}
+	return werr
 }
 
 func exists(p string) bool {
