@@ -322,16 +322,19 @@ func cutShort(ctx context.Context, rows []report.Row, planned int) string {
 }
 
 // writeSweepHTML writes sweep's grid as a report with a heat map, its
-// cells linked to their timelines in files.
-func writeSweepHTML(path, files, backend string, fenced bool, count int, leases, pauses []time.Duration, cells map[[2]time.Duration]report.Row, args []string) error {
+// cells linked to their timelines in files; status says it is incomplete
+// (cells not run yet show –).
+func writeSweepHTML(path, files, status, backend string, fenced bool, count int, leases, pauses []time.Duration, cells map[[2]time.Duration]report.Row, args []string) error {
 	sw := &report.Sweep{Backend: backend, Fencing: fenced, Count: count, Leases: leases, Pauses: pauses}
 	var rows []report.Row
 	for _, l := range leases {
 		var line []report.Row
 		for _, p := range pauses {
-			r := cells[[2]time.Duration{l, p}]
+			r, ok := cells[[2]time.Duration{l, p}]
 			line = append(line, r)
-			rows = append(rows, r)
+			if ok {
+				rows = append(rows, r)
+			}
 		}
 		sw.Cells = append(sw.Cells, line)
 	}
@@ -341,7 +344,7 @@ func writeSweepHTML(path, files, backend string, fenced bool, count int, leases,
 	}
 	env := append([][2]string{{"command", strings.Join(cmd, " ")}}, environment([]string{backend})...)
 	err := writeAtomic(path, func(w io.Writer) error {
-		return report.WriteReport(w, report.Report{Title: "locksuite sweep: " + backend, Rows: rows, Env: env, Base: filepath.Dir(path), Sweep: sw})
+		return report.WriteReport(w, report.Report{Title: "locksuite sweep: " + backend, Status: status, Rows: rows, Env: env, Base: filepath.Dir(path), Sweep: sw})
 	})
 	if err != nil {
 		return fmt.Errorf("--html: %w", err)

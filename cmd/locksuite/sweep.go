@@ -127,6 +127,15 @@ Flags:
 			}
 			lost[[2]time.Duration{l, p}] = row
 			fmt.Fprintf(stderr, "locksuite: lease %v, pause %v: %d lost of %d writes (%s)\n", l, p, row.Lost, row.Writes, row.Verdict)
+			if *htmlF != "" && (ctx.Err() != nil || len(lost) < len(leases)*len(pauses)) {
+				status := fmt.Sprintf("Incomplete: %d of %d cells run; the sweep was still going, or was cut short there.", len(lost), len(leases)*len(pauses))
+				if ctx.Err() != nil {
+					status = fmt.Sprintf("Cut short by an interrupt: %d of %d cells run.", len(lost), len(leases)*len(pauses))
+				}
+				if err := writeSweepHTML(*htmlF, files, status, *backend, *fenced, *count, leases, pauses, lost, args); err != nil {
+					fmt.Fprintf(stderr, "locksuite: %v\n", err)
+				}
+			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("interrupted")
 			}
@@ -172,7 +181,7 @@ Flags:
 	}
 	fmt.Fprintln(stdout, "no lease outlasts every pause: a longer one only makes the window rarer; fencing closes it")
 	if *htmlF != "" {
-		return writeSweepHTML(*htmlF, files, *backend, *fenced, *count, leases, pauses, lost, args)
+		return writeSweepHTML(*htmlF, files, "", *backend, *fenced, *count, leases, pauses, lost, args)
 	}
 	return nil
 }
