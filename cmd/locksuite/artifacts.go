@@ -21,6 +21,7 @@ type artifacts struct {
 	all  bool   // --artifacts: keep every run's
 	auto bool   // dir is ours, under $TMPDIR: remove it if nothing is kept
 	done bool
+	kept bool // finish kept the directory: the run's files are in it
 	o    options
 }
 
@@ -96,6 +97,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 		}
 		return
 	}
+	a.kept = true
 	if a.auto {
 		_ = servers.Disown(a.dir) // kept for the user: never stale
 	}
@@ -165,7 +167,7 @@ func onOff(b bool) string {
 func (a *artifacts) command(r *report.Row) string {
 	skip := map[string]bool{}
 	if r != nil {
-		for _, f := range []string{"backends", "scenarios", "fencing", "seed", "repeat", "json", "markdown", "junit", "artifacts", "keep-broken", "log", "progress"} {
+		for _, f := range []string{"backends", "scenarios", "fencing", "seed", "repeat", "json", "markdown", "junit", "html", "rows", "artifacts", "keep-broken", "log", "progress"} {
 			skip[f] = true
 		}
 	}

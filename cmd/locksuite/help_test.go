@@ -14,20 +14,22 @@ import (
 // TestHelp: each help exits 0 and says what the command does, gives an
 // example and names every flag with its default.
 func TestHelp(t *testing.T) {
-	runFlags := []string{"artifacts", "backends", "chaos-duration", "clients", "duration", "fencing", "interval", "json",
-		"junit", "keep-broken", "lease", "log", "long-lease", "markdown", "pause", "pauses", "progress", "repeat", "scenarios",
+	runFlags := []string{"artifacts", "backends", "chaos-duration", "clients", "duration", "fencing", "html", "interval", "json",
+		"junit", "keep-broken", "lease", "log", "long-lease", "markdown", "pause", "pauses", "progress", "repeat", "rows", "scenarios",
 		"seed", "stall-every", "store", "workers"}
-	sweepFlags := []string{"backend", "count", "fencing", "leases", "pauses", "seed"}
+	sweepFlags := []string{"backend", "count", "fencing", "html", "leases", "pauses", "seed"}
+	diffFlags := []string{"all", "as", "markdown"}
 	for _, tc := range []struct {
 		args  []string
 		want  []string
 		flags []string
 	}{
-		{[]string{"--help"}, []string{"locksuite run [flags]", "locksuite sweep [flags]", "Examples:", "go install github.com/locksuite/locksuite/cmd/locksuite@latest", "Exit status"}, nil},
+		{[]string{"--help"}, []string{"locksuite run [flags]", "locksuite sweep [flags]", "locksuite diff OLD NEW", "Examples:", "go install github.com/locksuite/locksuite/cmd/locksuite@latest", "Exit status"}, nil},
 		{[]string{"help"}, []string{"locksuite run [flags]", "Examples:"}, nil},
 		{[]string{"-h"}, []string{"locksuite run [flags]"}, nil},
 		{[]string{"run", "--help"}, []string{"Usage: locksuite run", "Example:", `(default "all")`, `(default "off,on")`, "(default 2s)", "(default 3)", `(default "auto")`}, runFlags},
 		{[]string{"sweep", "--help"}, []string{"Usage: locksuite sweep", "Example:", `(default "redis")`, "(default 3)", "(default off)"}, sweepFlags},
+		{[]string{"diff", "--help"}, []string{"Usage: locksuite diff", "locksuite diff before.json after.json", "locksuite diff --as redis=etcd", "Exit status: 1"}, diffFlags},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -39,6 +39,7 @@ write is in the protected counter exactly once.
 Usage:
   locksuite run [flags]     run the suite and print a result table
   locksuite sweep [flags]   lost updates over leases × pause lengths for one backend
+  locksuite diff OLD NEW    what changed between two runs' --json rows (exit 1: kept → broken)
   locksuite help            show this text
 
 Run 'locksuite run --help' or 'locksuite sweep --help' for their flags and
@@ -78,12 +79,15 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "run", "sweep":
+	case "run", "sweep", "diff":
 		var err error
-		if args[0] == "run" {
+		switch args[0] {
+		case "run":
 			err = run(args[1:], stdout, stderr)
-		} else {
+		case "sweep":
 			err = sweep(args[1:], stdout, stderr)
+		default:
+			err = diffCmd(args[1:], stdout, stderr)
 		}
 		var ue *usageError
 		switch {
@@ -119,6 +123,8 @@ type options struct {
 	json      string
 	markdown  string
 	junit     string
+	html      string
+	rows      bool
 	repeat    int
 	lease     time.Duration
 	duration  time.Duration
@@ -189,8 +195,10 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from `+strings.Join(local.Variables(), ", ")+"; clusters, started here when named (not by all): "+strings.Join(local.Clusters, ","))
 	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ",")+"; network and server faults: "+strings.Join(suite.FaultScenarios, ",")+"; on clusters: "+strings.Join(suite.FailoverScenarios, ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
-	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE` (default: not written)")
-	fs.StringVar(&o.markdown, "markdown", "", "also write the rows as a Markdown table to `FILE`, for a pull-request comment (default: not written)")
+	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")
+	fs.StringVar(&o.markdown, "markdown", "", "also write the matrix, its notes and every row (folded) as Markdown to `FILE`, for a pull-request comment (default: not written)")
+	fs.StringVar(&o.html, "html", "", "also write a self-contained HTML report to `FILE`: the matrix coloured, each cell linked to its runs' timelines and histories (kept in --artifacts, default FILE's name with _files for .html), how to reproduce each run, the environment (default: not written)")
+	fs.BoolVar(&o.rows, "rows", false, "print every row (one per run) above the matrix; with --repeat, one line per backend, fencing and scenario with the counts (default: the matrix only)")
 	fs.StringVar(&o.junit, "junit", "", "also write Ginkgo's JUnit XML report to `FILE` (default: not written)")
 	fs.IntVar(&o.repeat, "repeat", 1, "run each scenario `N` times and summarize the verdicts")
 	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")
@@ -213,11 +221,14 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 		fmt.Fprint(stderr, `Usage: locksuite run [flags]
 
 Runs the suite's scenarios for each backend, with fencing off and on, against
-real servers, and prints backend, fencing, scenario, writes, counter, lost,
-overlaps, rejected and the verdict (kept, broken, or skipped with the reason).
+real servers, and prints the matrix: a line per backend and fencing mode, a
+column per scenario, each cell kept, BROKEN n lost, unknown or – (skipped), the
+reasons as numbered notes below (--rows: every run's writes, counter, lost,
+overlaps, rejected and verdict too). Compare two runs' --json with locksuite diff.
 
 Example:
   locksuite run --backends etcd --scenarios deterministic-pause --json r.json
+  locksuite run --backends etcd --html r.html     (open r.html: the matrix, linked to every run's timeline)
   locksuite run --backends redis --scenarios pause-targeted --fencing off --seed 42
 
 Flags:
@@ -291,6 +302,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	o = withReportFiles(o)
+	if err := checkOutputs(outputsOf(o)); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -311,10 +326,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer art.abandon()
+	res := newResults(o, art, stderr)
 	var rows []report.Row
 	var prog *progress
 	collect := func(r report.Row) {
 		rows = append(rows, r)
+		res.add(r)
 		if prog != nil {
 			prog.end(r)
 		}
@@ -378,7 +395,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if ran == 0 {
 		report.Sort(rows)
-		report.WriteTable(stdout, rows)
+		res.write(rows, "")
+		report.WriteMatrix(stdout, rows)
 		return &usageError{"no backend could run (see the reasons above)"}
 	}
 
@@ -395,7 +413,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		total := ran * len(o.scenarios) * o.repeat
 		prog = newProgress(stderr, o.progress == "auto" && isTerminal(stderr), every, total)
 	}
-	specLog, err := runSpecs(o)
+	res.planned = len(rows) + ran*len(o.scenarios)*o.repeat
+	res.begin(rows)
+	specLog, err := runSpecs(specLogIn(o, art))
 	if prog != nil {
 		prog.close()
 	}
@@ -404,28 +424,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	report.Sort(rows)
 	art.finish(rows, env, specLog, stderr, ctx.Err() != nil)
-	if o.repeat > 1 {
-		report.WriteSummary(stdout, rows)
-	} else {
-		report.WriteTable(stdout, rows)
-	}
-	if o.json != "" {
-		if err := report.WriteJSON(o.json, rows); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
-	}
-	if o.markdown != "" {
-		f, err := os.Create(o.markdown)
-		if err != nil {
-			return fmt.Errorf("--markdown: %w", err)
-		}
-		err = report.WriteMarkdown(f, rows)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("--markdown: %w", err)
-		}
+	if err := res.finish(rows, cutShort(ctx, rows, res.planned), ctx.Err() == nil && len(findings(rows)) == 0, specLog, stdout); err != nil && ctx.Err() == nil {
+		return err
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted")
@@ -501,10 +501,5 @@ func runSpecs(o options) (string, error) {
 	ginkgo.RunSpecs(t, "locksuite", sc, types.ReporterConfig(rc))
 	_ = syscall.Dup2(saved, 1)
 	syscall.Close(saved)
-	if t.failed {
-		fmt.Fprintf(os.Stderr, "locksuite: some specs failed; the spec log is %s\n", lf.Name())
-	} else {
-		fmt.Fprintf(os.Stderr, "locksuite: spec log: %s\n", lf.Name())
-	}
-	return lf.Name(), nil
+	return lf.Name(), nil // results.finish names it, or removes it
 }

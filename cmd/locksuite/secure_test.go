@@ -228,8 +228,8 @@ func TestTLSAndAuth(t *testing.T) {
 	if a, _ := filepath.Glob(filepath.Join(arts, "*.json")); len(a) != 24 {
 		t.Errorf("%d histories in --artifacts, want 24", len(a))
 	}
-	if a, _ := filepath.Glob(filepath.Join(arts, "*.html")); len(a) != 24 {
-		t.Errorf("%d timelines in --artifacts, want 24", len(a))
+	if a, _ := filepath.Glob(filepath.Join(arts, "*.html")); len(a) != 24+1 { // and index.html
+		t.Errorf("%d timelines and index.html in --artifacts, want 24 and 1", len(a))
 	}
 
 	secrets := s.secrets(t)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -49,6 +50,7 @@ func sweep(args []string, stdout, stderr io.Writer) error {
 	count := fs.Int("count", 3, "pauses injected per cell")
 	fenced := fs.Bool("fencing", false, "run the cells with fencing on (default off)")
 	seed := fs.Uint64("seed", 1, "seed of the fault schedules")
+	htmlF := fs.String("html", "", "also write the grid as an HTML heat map to `FILE`, with every cell's timeline (in FILE's name with _files) and the environment (default: not written)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: locksuite sweep [flags]
 
@@ -94,6 +96,13 @@ Flags:
 	if err != nil {
 		return err
 	}
+	files := ""
+	if *htmlF != "" {
+		files = strings.TrimSuffix(*htmlF, filepath.Ext(*htmlF)) + "_files"
+	}
+	if err := checkOutputs([]output{{"html", *htmlF, false}, {"html", files, true}}); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	env, err := local.Start(ctx, []string{*backend})
@@ -111,12 +120,22 @@ Flags:
 			cfg.Lease = l
 			cfg.Chaos.Pause, cfg.Chaos.Pauses, cfg.Chaos.Seed = p, *count, *seed
 			cfg.Chaos.Duration = time.Second
+			cfg.Artifacts = files
 			row, err := suite.Run(ctx, cfg, suite.PauseTargeted)
 			if err != nil {
 				return err
 			}
 			lost[[2]time.Duration{l, p}] = row
 			fmt.Fprintf(stderr, "locksuite: lease %v, pause %v: %d lost of %d writes (%s)\n", l, p, row.Lost, row.Writes, row.Verdict)
+			if *htmlF != "" && (ctx.Err() != nil || len(lost) < len(leases)*len(pauses)) {
+				status := fmt.Sprintf("Incomplete: %d of %d cells run; the sweep was still going, or was cut short there.", len(lost), len(leases)*len(pauses))
+				if ctx.Err() != nil {
+					status = fmt.Sprintf("Cut short by an interrupt: %d of %d cells run.", len(lost), len(leases)*len(pauses))
+				}
+				if err := writeSweepHTML(*htmlF, files, status, *backend, *fenced, *count, leases, pauses, lost, args); err != nil {
+					fmt.Fprintf(stderr, "locksuite: %v\n", err)
+				}
+			}
 			if ctx.Err() != nil {
 				return fmt.Errorf("interrupted")
 			}
@@ -161,5 +180,8 @@ Flags:
 		fmt.Fprintf(stdout, "no lease tried lost nothing for pauses up to %v\n", pauses[len(pauses)-1])
 	}
 	fmt.Fprintln(stdout, "no lease outlasts every pause: a longer one only makes the window rarer; fencing closes it")
+	if *htmlF != "" {
+		return writeSweepHTML(*htmlF, files, "", *backend, *fenced, *count, leases, pauses, lost, args)
+	}
 	return nil
 }

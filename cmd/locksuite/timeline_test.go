@@ -116,9 +116,11 @@ func brokenAndKept(t *testing.T) (broken, kept []string) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	kept, _ = filepath.Glob(filepath.Join(all, "*.html"))
-	if _, err := os.Stat(filepath.Join(all, "reproduce.txt")); err != nil {
-		t.Errorf("--artifacts: %v", err)
+	kept, _ = filepath.Glob(filepath.Join(all, "locksuite_*.html")) // the runs' timelines, not index.html
+	for _, f := range []string{filepath.Join(all, "reproduce.txt"), filepath.Join(all, "index.html"), filepath.Join(dir, "index.html")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("--artifacts or --keep-broken: %v", err)
+		}
 	}
 	// Nothing else is left in TMPDIR: no directory of a kept run.
 	entries, _ := os.ReadDir(tmp)
