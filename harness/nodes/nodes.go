@@ -64,6 +64,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/locksuite/locksuite/harness/internal/owner"
@@ -227,7 +228,6 @@ func (nw *Network) claimBridge(alias string) (netlink.Link, int, error) {
 		x := (start + k) % 256
 		attrs := netlink.NewLinkAttrs()
 		attrs.Name = fmt.Sprintf("%s%d", prefix, x)
-		attrs.Alias = alias
 		br := &netlink.Bridge{LinkAttrs: attrs}
 		err := nw.host.LinkAdd(br)
 		if errors.Is(err, syscall.EEXIST) {
@@ -237,6 +237,10 @@ func (nw *Network) claimBridge(alias string) (netlink.Link, int, error) {
 			return nil, 0, privileged("create bridge "+attrs.Name, err)
 		}
 		nw.bridge = attrs.Name
+		// The kernel ignores an alias given at creation: label it now.
+		if err := nw.host.LinkSetAlias(br, alias); err != nil {
+			return nil, 0, fmt.Errorf("nodes: label bridge %s: %w", attrs.Name, err)
+		}
 		if err := noIPv6(nw.host, br); err != nil {
 			return nil, 0, fmt.Errorf("nodes: bridge %s: %w", attrs.Name, err)
 		}
@@ -264,10 +268,12 @@ func (nw *Network) addNode(i, x int, br netlink.Link, alias string) (*Node, erro
 
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = node.veth
-	attrs.Alias = alias
 	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns)}
 	if err := nw.host.LinkAdd(veth); err != nil {
 		return node, fmt.Errorf("nodes: %s: create veth %s: %w", node, node.veth, err)
+	}
+	if err := nw.host.LinkSetAlias(veth, alias); err != nil {
+		return node, fmt.Errorf("nodes: %s: label %s: %w", node, node.veth, err)
 	}
 	if err := noIPv6(nw.host, veth); err != nil {
 		return node, fmt.Errorf("nodes: %s: %w", node, err)
@@ -442,28 +448,49 @@ func delLink(h *netlink.Handle, name string) error {
 // RemoveStale deletes the links (bridges, veths) that a Network of a
 // process that no longer runs left in this namespace, and returns their
 // names. Their namespaces went with that process. Links of live runs, and
-// links without a locksuite owner alias, are left alone.
+// links whose names do not start with "locksuite", are left alone. New
+// labels each link with its owner right after creating it (the kernel
+// ignores a label given at creation); a "locksuite…" link still unlabelled
+// a second after RemoveStale first saw it was left by a run killed in
+// between, and is deleted too.
 func RemoveStale() ([]string, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, privileged("list links", err)
 	}
-	var removed []string
+	var removed, unlabelled []string
 	var errs []error
+	del := func(l netlink.Link) {
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, syscall.ENODEV) {
+			errs = append(errs, privileged("delete stale link "+l.Attrs().Name, err))
+			return
+		}
+		removed = append(removed, l.Attrs().Name)
+	}
 	for _, l := range links {
 		a := l.Attrs()
+		if !strings.HasPrefix(a.Name, prefix) {
+			continue
+		}
+		if a.Alias == "" {
+			unlabelled = append(unlabelled, a.Name)
+			continue
+		}
 		rec, ok := strings.CutPrefix(a.Alias, aliasPrefix)
-		if !strings.HasPrefix(a.Name, prefix) || !ok {
+		if !ok {
 			continue
 		}
-		if gone, ok := owner.Gone(rec); !ok || !gone {
-			continue
+		if gone, ok := owner.Gone(rec); ok && gone {
+			del(l)
 		}
-		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, syscall.ENODEV) {
-			errs = append(errs, privileged("delete stale link "+a.Name, err))
-			continue
+	}
+	if len(unlabelled) > 0 {
+		time.Sleep(time.Second)
+		for _, name := range unlabelled {
+			if l, err := netlink.LinkByName(name); err == nil && l.Attrs().Alias == "" {
+				del(l)
+			}
 		}
-		removed = append(removed, a.Name)
 	}
 	return removed, errors.Join(errs...)
 }
