@@ -153,14 +153,19 @@ func servers(t *testing.T, nw *Network) {
 	}
 }
 
-// reach tries a TCP connect from every node to every other node's port
-// 7000, all at once, and reports which succeeded. A connect that has not
-// succeeded within cutWait counts as failed: across a cut the SYN is
-// dropped, so it would never succeed. Within a side a connect takes well
-// under a millisecond; cutWait is long only for a loaded machine.
-const cutWait = 2 * time.Second
+// checkReach tries a TCP connect from every node to every other node's
+// port 7000, all at once, and compares which succeeded with want(from, to).
+// A pair that should connect gets reachWait, a pair that should not gets
+// cutWait: across a cut the SYN is dropped, so it would never connect,
+// while an uncut pair on this bridge connects in well under a millisecond
+// (cutWait only keeps the test short; reachWait is long for a loaded
+// machine).
+const (
+	cutWait   = time.Second
+	reachWait = 10 * time.Second
+)
 
-func reach(t *testing.T, nw *Network) [][]bool {
+func checkReach(t *testing.T, nw *Network, what string, want func(a, b int) bool) [][]bool {
 	t.Helper()
 	nodes := nw.Nodes()
 	got := make([][]bool, len(nodes))
@@ -171,8 +176,12 @@ func reach(t *testing.T, nw *Network) [][]bool {
 			if i == j {
 				continue
 			}
+			wait := cutWait
+			if want(i, j) {
+				wait = reachWait
+			}
 			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(t.Context(), cutWait)
+				ctx, cancel := context.WithTimeout(t.Context(), wait)
 				defer cancel()
 				c, err := a.Dial(ctx, "tcp", net.JoinHostPort(b.Addr().String(), "7000"))
 				if err == nil {
@@ -183,12 +192,6 @@ func reach(t *testing.T, nw *Network) [][]bool {
 		}
 	}
 	wg.Wait()
-	return got
-}
-
-// checkReach compares reach with want(from, to) for every ordered pair.
-func checkReach(t *testing.T, what string, got [][]bool, want func(a, b int) bool) {
-	t.Helper()
 	for a := range got {
 		for b := range got {
 			if a != b && got[a][b] != want(a, b) {
@@ -196,6 +199,7 @@ func checkReach(t *testing.T, what string, got [][]bool, want func(a, b int) boo
 			}
 		}
 	}
+	return got
 }
 
 func all(a, b int) bool { return true }
@@ -214,7 +218,7 @@ func TestNetwork(t *testing.T) {
 		t.Errorf("links of %s: %v, want the bridge and 5 veths", nw.Bridge(), got)
 	}
 	servers(t, nw)
-	checkReach(t, "fresh network", reach(t, nw), all)
+	checkReach(t, nw, "fresh network", all)
 
 	// No route out: an address outside the subnet is unreachable at once,
 	// without a packet sent. 10.78.0.1 is never contacted: the node has no
