@@ -14,12 +14,12 @@ import (
 // A Fault is something the nemesis does to a Network, until healed. The
 // faults are a closed set, each with an exact contract:
 //
-//   - Partition: disjoint groups that together hold every node. Every packet
-//     between two nodes of different groups is lost, in both directions;
-//     within a group, everything is delivered. Halves and Isolate build one.
-//   - Ring (majorities ring): every node exchanges packets with a majority
-//     of the nodes, itself included, and no two nodes see the same majority;
-//     packets between the other pairs are lost both ways.
+//   - Partition: disjoint groups of nodes. Every packet between two nodes of
+//     different groups is lost, in both directions; within a group,
+//     everything is delivered. Halves and Isolate build one.
+//   - Ring (majorities ring): every node of the ring exchanges packets with
+//     a majority of the ring, itself included, and no two nodes see the
+//     same majority; packets between the other pairs are lost both ways.
 //   - OneWay: every packet from a node of From to a node of To is lost; the
 //     other direction, and everything else, is delivered.
 //   - Pause: every process on the given nodes gets SIGSTOP at Inject and
@@ -31,7 +31,12 @@ import (
 // connection needs packets both ways, so under OneWay it fails in both
 // directions (SYNs from From are lost; from To, the SYN arrives and the
 // SYN-ACK is lost); one-way delivery shows with UDP, or as a half-open
-// connection. Loopback traffic inside a node is never affected.
+// connection. Loopback traffic inside a node is never affected, and a node
+// a fault does not name (in no group, not on the ring, in neither From nor
+// To) keeps every link: that is where a store or an observer that every
+// side must reach lives. The constructors that draw nodes (Halves,
+// Isolate, MajoritiesRing, Schedule) draw them among a given list; All(n)
+// lists every node.
 type Fault interface {
 	// Kind is the fault's name in a schedule: halves, isolate, partition,
 	// ring, one-way or node-pause.
@@ -63,18 +68,29 @@ type effect struct {
 	pause []int
 }
 
-// Partition is a set of disjoint groups of node indices that together hold
-// every node: nodes in different groups cannot reach each other.
+// Partition is a set of disjoint groups of node indices: nodes in
+// different groups cannot reach each other. Nodes in no group are
+// unaffected.
 type Partition struct {
 	Groups [][]int
 	kind   Kind // halves, isolate, or "" (partition)
 }
 
-// Halves splits the n nodes at random into two halves: a shuffle, then the
-// first n/2 against the other n-n/2 (the second is the majority when n is
-// odd).
-func Halves(rng *rand.Rand, n int) Partition {
-	p := rng.Perm(n)
+// All lists the nodes of a network of n: 0, 1, …, n-1.
+func All(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// Halves splits the nodes among at random into two halves: a shuffle, then
+// the first len/2 against the others (the second half is the majority when
+// the count is odd).
+func Halves(rng *rand.Rand, among []int) Partition {
+	p := shuffled(rng, among)
+	n := len(p)
 	a, b := slices.Clone(p[:n/2]), slices.Clone(p[n/2:])
 	slices.Sort(a)
 	slices.Sort(b)
@@ -82,12 +98,12 @@ func Halves(rng *rand.Rand, n int) Partition {
 }
 
 // Isolate cuts the given nodes (say a leader and the clients attached to
-// it) off from the rest of the n nodes: two groups, these and the others.
-func Isolate(n int, nodes ...int) Partition {
+// it) off from the other nodes among: two groups, these and the others.
+func Isolate(among []int, nodes ...int) Partition {
 	in := slices.Clone(nodes)
 	slices.Sort(in)
 	var rest []int
-	for i := range n {
+	for _, i := range among {
 		if !slices.Contains(in, i) {
 			rest = append(rest, i)
 		}
@@ -130,25 +146,28 @@ func (p Partition) effect(n int) (effect, error) {
 			group[i] = gi
 		}
 	}
-	for i, g := range group {
-		if g < 0 {
-			return effect{}, fmt.Errorf("nodes: %s: n%d is in no group (every node must be in one)", p, i)
-		}
-	}
-	return dropUnless(n, func(a, b int) bool { return group[a] == group[b] }), nil
+	return dropUnless(n, func(a, b int) bool { return group[a] < 0 || group[b] < 0 || group[a] == group[b] }), nil
 }
 
-// Ring is Jepsen's majorities ring: the nodes in Order form a ring, and
-// each node exchanges packets with the nodes at most D places away on it,
-// D the least with 2D+1 ≥ n/2+1 (a majority). Each node sees the 2D+1
-// nodes around it; with n ≥ 4, 2D+1 < n, so no two nodes see the same
-// majority. Seeing is symmetric: a reaches b exactly when b reaches a.
+// Ring is Jepsen's majorities ring: the k nodes in Order form a ring, and
+// each exchanges packets with the ring's nodes at most D places away on it,
+// D the least with 2D+1 ≥ k/2+1 (a majority of the ring). Each node sees
+// the 2D+1 nodes around it; with k ≥ 4, 2D+1 < k, so no two nodes see the
+// same majority. Seeing is symmetric: a reaches b exactly when b reaches
+// a. Nodes not in Order are unaffected.
 type Ring struct {
-	Order []int // a permutation of the node indices
+	Order []int // distinct node indices, at least 4
 }
 
-// MajoritiesRing is a Ring in a random order of the n nodes.
-func MajoritiesRing(rng *rand.Rand, n int) Ring { return Ring{Order: rng.Perm(n)} }
+// MajoritiesRing is a Ring of the nodes among in a random order.
+func MajoritiesRing(rng *rand.Rand, among []int) Ring { return Ring{Order: shuffled(rng, among)} }
+
+// shuffled is a random permutation of nodes.
+func shuffled(rng *rand.Rand, nodes []int) []int {
+	out := slices.Clone(nodes)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
 
 // Kind is ring.
 func (Ring) Kind() Kind { return KindRing }
@@ -168,26 +187,30 @@ func ringReach(n int) int {
 }
 
 func (r Ring) effect(n int) (effect, error) {
-	if n < 4 {
-		return effect{}, fmt.Errorf("nodes: %s: a majorities ring needs at least 4 nodes (with %d every majority view is everybody's, or views are not symmetric)", r, n)
+	k := len(r.Order)
+	if k < 4 {
+		return effect{}, fmt.Errorf("nodes: %s: a majorities ring needs at least 4 nodes (with %d, every majority view is everybody's or views are not symmetric)", r, k)
 	}
 	pos := make([]int, n)
 	for i := range pos {
 		pos[i] = -1
 	}
-	if len(r.Order) != n {
-		return effect{}, fmt.Errorf("nodes: %s: Order must hold each of the %d nodes once", r, n)
-	}
 	for p, i := range r.Order {
-		if i < 0 || i >= n || pos[i] >= 0 {
-			return effect{}, fmt.Errorf("nodes: %s: Order must hold each of the %d nodes once", r, n)
+		if i < 0 || i >= n {
+			return effect{}, fmt.Errorf("nodes: %s: no node %d on a network of %d", r, i, n)
+		}
+		if pos[i] >= 0 {
+			return effect{}, fmt.Errorf("nodes: %s: n%d is on the ring twice", r, i)
 		}
 		pos[i] = p
 	}
-	d := ringReach(n)
+	d := ringReach(k)
 	return dropUnless(n, func(a, b int) bool {
-		k := (pos[a] - pos[b] + n) % n
-		return min(k, n-k) <= d
+		if pos[a] < 0 || pos[b] < 0 {
+			return true
+		}
+		dist := (pos[a] - pos[b] + k) % k
+		return min(dist, k-dist) <= d
 	}), nil
 }
 
@@ -270,13 +293,17 @@ func names(nodes []int) string {
 	return strings.Join(s, ",")
 }
 
-// Schedule draws count faults for a network of n nodes from seed: each
+// Schedule draws count faults among the given nodes from seed: each
 // fault's kind is drawn from kinds (all of halves, isolate, ring, one-way
-// and node-pause if none are given), then its nodes: halves as Halves,
-// isolate and node-pause one node, one-way random halves (the first half
-// From, the other To), ring as MajoritiesRing. The same seed, n, count and
-// kinds give the same faults: print the seed to reproduce a run.
-func Schedule(seed uint64, n, count int, kinds ...Kind) ([]Fault, error) {
+// and node-pause if none are given), then its nodes among among: halves as
+// Halves, isolate and node-pause one node, one-way random halves (the first
+// half From, the other To), ring as MajoritiesRing. The same seed, nodes,
+// count and kinds give the same faults: print the seed to reproduce a run.
+func Schedule(seed uint64, among []int, count int, kinds ...Kind) ([]Fault, error) {
+	if len(among) < 2 {
+		return nil, fmt.Errorf("nodes: Schedule among %v: need at least 2 nodes", among)
+	}
+	n := slices.Max(among) + 1
 	if len(kinds) == 0 {
 		kinds = []Kind{KindHalves, KindIsolate, KindRing, KindOneWay, KindPause}
 	}
@@ -286,16 +313,16 @@ func Schedule(seed uint64, n, count int, kinds ...Kind) ([]Fault, error) {
 		var f Fault
 		switch k := kinds[rng.IntN(len(kinds))]; k {
 		case KindHalves:
-			f = Halves(rng, n)
+			f = Halves(rng, among)
 		case KindIsolate:
-			f = Isolate(n, rng.IntN(n))
+			f = Isolate(among, among[rng.IntN(len(among))])
 		case KindRing:
-			f = MajoritiesRing(rng, n)
+			f = MajoritiesRing(rng, among)
 		case KindOneWay:
-			h := Halves(rng, n)
+			h := Halves(rng, among)
 			f = OneWay{From: h.Groups[0], To: h.Groups[1]}
 		case KindPause:
-			f = Pause{Nodes: []int{rng.IntN(n)}}
+			f = Pause{Nodes: []int{among[rng.IntN(len(among))]}}
 		default:
 			return nil, fmt.Errorf("nodes: Schedule: kind %q: want halves, isolate, ring, one-way or node-pause", k)
 		}

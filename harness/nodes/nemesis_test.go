@@ -23,21 +23,21 @@ func TestPartitions(t *testing.T) {
 	nw := newNetwork(t, 5)
 	servers(t, nw)
 	rng := rand.New(rand.NewPCG(12, 12))
+	// A node in no group reaches every node.
 	sameGroup := func(p Partition) func(a, b int) bool {
 		return func(a, b int) bool {
 			for _, g := range p.Groups {
 				if slices.Contains(g, a) {
-					return slices.Contains(g, b)
+					return slices.Contains(g, b) || !slices.ContainsFunc(p.Groups, func(g []int) bool { return slices.Contains(g, b) })
 				}
 			}
-			t.Fatalf("n%d is in no group of %s", a, p)
-			return false
+			return true
 		}
 	}
-	halves := Halves(rng, 5)
-	isolate := Isolate(5, 3)
-	three := Partition{Groups: [][]int{{0, 4}, {1}, {2, 3}}}
-	ring := MajoritiesRing(rng, 5)
+	halves := Halves(rng, All(5))
+	isolate := Isolate(All(5), 3)
+	three := Partition{Groups: [][]int{{0}, {1, 4}, {3}}} // n2 in none
+	ring := MajoritiesRing(rng, All(5))
 	// With five nodes each node sees itself and its two ring neighbours.
 	neighbours := func(a, b int) bool {
 		i, j := slices.Index(ring.Order, a), slices.Index(ring.Order, b)
@@ -62,7 +62,7 @@ func TestPartitions(t *testing.T) {
 		if c.f.Kind() == KindRing {
 			checkMajoritiesRing(t, got)
 		}
-		if _, err := nw.Inject(t.Context(), Isolate(5, 0)); err == nil || !strings.Contains(err.Error(), "heal it first") {
+		if _, err := nw.Inject(t.Context(), Isolate(All(5), 0)); err == nil || !strings.Contains(err.Error(), "heal it first") {
 			t.Errorf("a second Inject while %s is in effect: %v, want an error", c.f, err)
 		}
 		begin = time.Now()
@@ -391,12 +391,12 @@ func checkNoPrivilege(t *testing.T, is bool, msg string) {
 // TestScheduleReproducible: a seed gives the same faults every time, and
 // another seed others; every drawn fault is valid on its network.
 func TestScheduleReproducible(t *testing.T) {
-	a, err := Schedule(42, 5, 20)
+	a, err := Schedule(42, All(5), 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := Schedule(42, 5, 20)
-	c, _ := Schedule(43, 5, 20)
+	b, _ := Schedule(42, All(5), 20)
+	c, _ := Schedule(43, All(5), 20)
 	str := func(fs []Fault) string {
 		var s []string
 		for _, f := range fs {
@@ -417,10 +417,10 @@ func TestScheduleReproducible(t *testing.T) {
 	if len(kinds) != 5 {
 		t.Errorf("20 faults drawn from all kinds have kinds %v, want all five", kinds)
 	}
-	if _, err := Schedule(1, 3, 1, KindRing); err == nil {
+	if _, err := Schedule(1, All(3), 1, KindRing); err == nil {
 		t.Error("a ring of 3 nodes: no error")
 	}
-	if _, err := Schedule(1, 5, 1, "delay"); err == nil {
+	if _, err := Schedule(1, All(5), 1, "delay"); err == nil {
 		t.Error(`kind "delay": no error`)
 	}
 	t.Logf("seed 42: %s", str(a))
@@ -433,11 +433,10 @@ func TestFaultChecks(t *testing.T) {
 		f    Fault
 		want string
 	}{
-		{Partition{Groups: [][]int{{0, 1}, {2}}}, "n3 is in no group"},
 		{Partition{Groups: [][]int{{0, 1}, {1, 2, 3}}}, "n1 is in two groups"},
 		{Partition{Groups: [][]int{{0, 1, 2, 3}, {}}}, "empty group"},
-		{Isolate(4, 7), "no node 7"},
-		{Ring{Order: []int{0, 1, 2, 2}}, "each of the 4 nodes once"},
+		{Isolate(All(4), 7), "no node 7"},
+		{Ring{Order: []int{0, 1, 2, 2}}, "n2 is on the ring twice"},
 		{OneWay{From: []int{0}, To: []int{0, 1}}, "n0 is in From and To"},
 		{OneWay{From: []int{0}}, "must not be empty"},
 		{Pause{}, "no node to pause"},
@@ -488,7 +487,7 @@ func TestEstablishedConnectionCut(t *testing.T) {
 	if got, err := echo("one", reachWait); err != nil {
 		t.Fatalf("echo before the cut: %q, %v", got, err)
 	}
-	heal, err := nw.Inject(t.Context(), Isolate(2, 1))
+	heal, err := nw.Inject(t.Context(), Isolate(All(2), 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,5 +502,26 @@ func TestEstablishedConnectionCut(t *testing.T) {
 	}
 	if got, err := echo("two", reachWait); err != nil || got != "two" {
 		t.Errorf("echo after heal: %q, %v; want the bytes sent during the cut", got, err)
+	}
+}
+
+// TestRingAmong: a ring of four of six nodes cuts only the ring's pairs at
+// distance 2; the two other nodes keep every link.
+func TestRingAmong(t *testing.T) {
+	r := Ring{Order: []int{5, 1, 3, 0}}
+	e, err := r.effect(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Distance 2 on the ring: 5–3 and 1–0.
+	want := [][]int{0: {1}, 1: {0}, 3: {5}, 5: {3}}
+	for to := range 6 {
+		var w []int
+		if to < len(want) {
+			w = want[to]
+		}
+		if !slices.Equal(e.drop[to], w) {
+			t.Errorf("%s: n%d drops from %v, want %v", r, to, e.drop[to], w)
+		}
 	}
 }
