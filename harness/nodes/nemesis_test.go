@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // TestPartitions: under each partition a TCP connect across the cut fails
@@ -223,6 +225,19 @@ func TestPause(t *testing.T) {
 	if pids, _ := n1.Processes(); !slices.Contains(pids, cmd.Process.Pid) {
 		t.Errorf("n1's processes %v lack the echo server %d", pids, cmd.Process.Pid)
 	}
+	if nsOf(t, "/proc/"+itoa(cmd.Process.Pid)+"/ns/net") != n1.ino {
+		t.Errorf("the echo server is not in n1's namespace")
+	}
+	// The spawning thread went home: the next plain child is in ours.
+	sleep := exec.Command("sleep", "10")
+	if err := spawn.Start(sleep); err != nil {
+		t.Fatal(err)
+	}
+	if nsOf(t, "/proc/"+itoa(sleep.Process.Pid)+"/ns/net") != nsOf(t, "/proc/self/ns/net") {
+		t.Errorf("a child started with spawn.Start after one on a node is not in this process's namespace")
+	}
+	sleep.Process.Kill()
+	sleep.Wait()
 	if pids, _ := n0.Processes(); len(pids) != 0 {
 		t.Errorf("n0's processes: %v, want none", pids)
 	}
@@ -277,8 +292,8 @@ func procState(t *testing.T, pid int) string {
 
 // TestKilledCoordinator: a process that made nodes and started a child on
 // one is killed (SIGKILL, and SIGINT without a handler); its child dies
-// with it and the next RemoveStale removes its bridge, after which nothing
-// of its network is left.
+// with it, the kernel removes its namespaces and veths, and the next
+// RemoveStale its bridge, after which nothing of its network is left.
 func TestKilledCoordinator(t *testing.T) {
 	if err := Check(); err != nil {
 		t.Skip(err)
@@ -307,6 +322,19 @@ func TestKilledCoordinator(t *testing.T) {
 			}
 			cmd.Process.Signal(sig)
 			cmd.Wait()
+			// The kernel removes the dead run's namespaces, and with them
+			// its veths, by itself once the child on n0 has died by its
+			// Pdeathsig; both are asynchronous.
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) && (alive(child) || len(linksOf(t, bridge)) > 1) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if alive(child) {
+				t.Errorf("the child %d on a node outlived its killed coordinator", child)
+			}
+			if left := linksOf(t, bridge); !slices.Equal(left, []string{bridge}) {
+				t.Errorf("after the kill, before RemoveStale, links %v are left, want the bridge only", left)
+			}
 			removed, err := RemoveStale()
 			if err != nil {
 				t.Fatal(err)
@@ -314,17 +342,8 @@ func TestKilledCoordinator(t *testing.T) {
 			if !slices.Contains(removed, bridge) {
 				t.Errorf("RemoveStale removed %v, want %s among them", removed, bridge)
 			}
-			// The child's Pdeathsig and the kernel's removal of the dead
-			// namespaces (and with them the veths) are asynchronous.
-			deadline := time.Now().Add(10 * time.Second)
-			for time.Now().Before(deadline) && (alive(child) || len(linksOf(t, bridge)) > 0) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if alive(child) {
-				t.Errorf("the child %d on a node outlived its killed coordinator", child)
-			}
 			if left := linksOf(t, bridge); len(left) > 0 {
-				t.Errorf("links of the killed run left: %v", left)
+				t.Errorf("links of the killed run left after RemoveStale: %v", left)
 			}
 		})
 	}

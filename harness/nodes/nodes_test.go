@@ -9,12 +9,15 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/internal/owner"
 	"github.com/vishvananda/netlink"
 )
 
@@ -23,7 +26,18 @@ import (
 func TestMain(m *testing.M) {
 	switch os.Getenv("NODES_TEST_HELPER") {
 	case "":
-		os.Exit(m.Run())
+		code := m.Run()
+		// Nothing this process made is left.
+		if rec, err := owner.Self(); err == nil {
+			links, _ := netlink.LinkList()
+			for _, l := range links {
+				if l.Attrs().Alias == aliasPrefix+rec {
+					fmt.Printf("FAIL: link %s of these tests is left\n", l.Attrs().Name)
+					code = 1
+				}
+			}
+		}
+		os.Exit(code)
 	case "echo":
 		echoServer(os.Getenv("NODES_TEST_LISTEN"))
 	case "leak":
@@ -220,6 +234,17 @@ func TestNetwork(t *testing.T) {
 	servers(t, nw)
 	checkReach(t, nw, "fresh network", all)
 
+	// Every thread that visited a node for a Dial or a Listen is back home
+	// (or gone).
+	home := nsOf(t, "/proc/self/ns/net")
+	tasks, _ := filepath.Glob("/proc/self/task/*/ns/net")
+	for _, task := range tasks {
+		var st syscall.Stat_t
+		if syscall.Stat(task, &st) == nil && (nsID{st.Dev, st.Ino}) != home {
+			t.Errorf("thread %s is left in another network namespace", task)
+		}
+	}
+
 	// No route out: an address outside the subnet is unreachable at once,
 	// without a packet sent. 10.78.0.1 is never contacted: the node has no
 	// route to it.
@@ -238,4 +263,66 @@ func TestNetwork(t *testing.T) {
 	removed := time.Since(begin)
 	checkRemoved(t, nw)
 	t.Logf("5 nodes: created in %v, removed in %v", created.Round(time.Millisecond), removed.Round(time.Millisecond))
+}
+
+// nsOf identifies the namespace file path (/proc/<pid>/ns/net).
+func nsOf(t *testing.T, path string) nsID {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return nsID{st.Dev, st.Ino}
+}
+
+// TestRemoveStale: RemoveStale deletes a locksuite link still unlabelled
+// a second after it saw it (a run killed between creating and labelling
+// it) and one whose owner is dead, and keeps one of a live owner and one
+// without the prefix.
+func TestRemoveStale(t *testing.T) {
+	if err := Check(); err != nil {
+		t.Skip(err)
+	}
+	rec, err := owner.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	tag := itoa(os.Getpid() % 1000)
+	links := []struct {
+		name, alias string
+		removed     bool
+	}{
+		{prefix + "U" + tag, "", true},
+		{prefix + "D" + tag, aliasPrefix + itoa(dead.Process.Pid) + " 1", true},
+		{prefix + "L" + tag, aliasPrefix + rec, false},
+		{"lsnodesX" + tag, "", false},
+	}
+	for _, l := range links {
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name = l.name
+		br := &netlink.Bridge{LinkAttrs: attrs}
+		if err := netlink.LinkAdd(br); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { netlink.LinkDel(br) })
+		if l.alias != "" {
+			if err := netlink.LinkSetAlias(br, l.alias); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	removed, err := RemoveStale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		_, err := netlink.LinkByName(l.name)
+		if gone := err != nil; gone != l.removed || slices.Contains(removed, l.name) != l.removed {
+			t.Errorf("link %s (alias %q): gone=%v, in RemoveStale's list=%v; want %v", l.name, l.alias, gone, slices.Contains(removed, l.name), l.removed)
+		}
+	}
 }
