@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -22,8 +24,9 @@ import (
 //     same majority; packets between the other pairs are lost both ways.
 //   - OneWay: every packet from a node of From to a node of To is lost; the
 //     other direction, and everything else, is delivered.
-//   - Pause: every process on the given nodes gets SIGSTOP at Inject and
-//     SIGCONT at heal; the network is untouched.
+//   - Pause: every process on the given nodes gets SIGSTOP at Inject, which
+//     returns once all their threads are stopped, and SIGCONT at heal; the
+//     network is untouched.
 //
 // "Lost" means dropped on arrival by the receiving node (see initRules), on
 // established connections too, without any notice to the sender: TCP
@@ -468,6 +471,9 @@ func (n *Node) stop(ctx context.Context, inj *injection) error {
 				return fmt.Errorf("nodes: SIGSTOP %d on %s: %w", pid, n, err)
 			}
 			inj.stopped = append(inj.stopped, pid)
+			if err := waitStopped(ctx, pid); err != nil {
+				return fmt.Errorf("nodes: pause %s: %w", n, err)
+			}
 		}
 		if fresh == 0 {
 			return nil
@@ -478,6 +484,34 @@ func (n *Node) stop(ctx context.Context, inj *injection) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("nodes: pause %s: %w", n, err)
 		}
+	}
+}
+
+// waitStopped returns once every thread of pid is stopped (or pid is gone):
+// SIGSTOP is delivered after kill returns.
+func waitStopped(ctx context.Context, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		running := false
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			if err != nil {
+				continue // the thread is gone
+			}
+			s := string(b)
+			if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 && f[0] != "T" && f[0] != "t" && f[0] != "Z" && f[0] != "X" {
+				running = true
+			}
+		}
+		if !running {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("process %d did not stop: %w", pid, ctx.Err())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

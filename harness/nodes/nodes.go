@@ -167,8 +167,11 @@ func privileged(what string, err error) error {
 }
 
 // New makes a Network of n nodes (1 ≤ n ≤ MaxNodes), fully connected, after
-// removing what dead runs left (RemoveStale). On error it leaves nothing
-// behind. ctx bounds the setup; the Network lives until Close.
+// removing what dead runs left (RemoveStale). It returns once packets flow:
+// every link is up and every node has sent a datagram to the next around a
+// ring (at most 10 s; a host firewall that drops bridged traffic makes it
+// fail with a reason). On error it leaves nothing behind. ctx bounds the
+// setup; the Network lives until Close.
 func New(ctx context.Context, n int) (nw *Network, err error) {
 	if n < 1 || n > MaxNodes {
 		return nil, fmt.Errorf("nodes: New(%d): a Network has 1 to %d nodes", n, MaxNodes)
@@ -201,6 +204,9 @@ func New(ctx context.Context, n int) (nw *Network, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := nw.host.LinkSetUp(br); err != nil {
+		return nil, fmt.Errorf("nodes: bridge %s up: %w", nw.bridge, err)
+	}
 	nw.subnet = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 77, byte(x), 0}), 24)
 	for i := range n {
 		if err := ctx.Err(); err != nil {
@@ -214,10 +220,88 @@ func New(ctx context.Context, n int) (nw *Network, err error) {
 			return nil, err
 		}
 	}
-	if err := nw.host.LinkSetUp(br); err != nil {
-		return nil, fmt.Errorf("nodes: bridge %s up: %w", nw.bridge, err)
+	if err := nw.waitConnected(ctx); err != nil {
+		return nil, err
 	}
 	return nw, nil
+}
+
+// waitUp polls until link name (of node) is operationally up.
+func waitUp(ctx context.Context, h *netlink.Handle, name, node string) error {
+	for {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("nodes: %s: %s: %w", node, name, err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("nodes: %s: %s is not up (%s): %w", node, name, l.Attrs().OperState, ctx.Err())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// connectTimeout bounds waitConnected when ctx does not.
+const connectTimeout = 10 * time.Second
+
+// waitConnected returns once every node has sent a UDP datagram to the
+// next one around a ring and that one has received it. A link that is up
+// does not carry packets yet: the kernel activates its queue and makes it
+// a forwarding bridge port later, from a deferred task (linkwatch, up to a
+// second), and drops what is sent before. Around the ring every node
+// sends and receives and every bridge port forwards both ways.
+func (nw *Network) waitConnected(ctx context.Context) error {
+	n := len(nw.nodes)
+	if n < 2 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	// First the links' operational state, so that the first ARP request is
+	// not dropped: the kernel would ask again only a second later.
+	for _, node := range nw.nodes {
+		h, err := netlink.NewHandleAt(node.ns)
+		if err != nil {
+			return fmt.Errorf("nodes: %s: netlink: %w", node, err)
+		}
+		err = waitUp(ctx, h, "eth0", node.String())
+		h.Close()
+		if err == nil {
+			err = waitUp(ctx, nw.host, node.veth, node.String())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	conns := make([]net.PacketConn, n)
+	for i, node := range nw.nodes {
+		pc, err := node.ListenPacket("udp4", net.JoinHostPort(node.addr.String(), "0"))
+		if err != nil {
+			return err
+		}
+		defer pc.Close()
+		conns[i] = pc
+	}
+	buf := make([]byte, 8)
+	for i, pc := range conns {
+		next := conns[(i+1)%n]
+		for {
+			if _, err := pc.WriteTo([]byte{byte(i)}, next.LocalAddr()); err != nil {
+				return fmt.Errorf("nodes: %s: send to %s: %w", nw.nodes[i], nw.nodes[(i+1)%n], err)
+			}
+			next.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+			k, _, err := next.ReadFrom(buf)
+			if err == nil && k == 1 && buf[0] == byte(i) {
+				break
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("nodes: %s cannot reach %s over bridge %s: %w (if the host's firewall drops forwarded packets, as Docker's FORWARD policy does, bridged traffic between nodes is dropped too: br_netfilter)", nw.nodes[i], nw.nodes[(i+1)%n], nw.bridge, ctx.Err())
+			}
+		}
+	}
+	return nil
 }
 
 // claimBridge creates the first free bridge locksuite<X>, starting from an
