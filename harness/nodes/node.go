@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Index is the node's position in Network.Nodes, from 0.
@@ -32,7 +34,13 @@ func (n *Node) Addr() netip.Addr { return n.addr }
 // process dies unless cmd.SysProcAttr sets another Pdeathsig. Processes the
 // child starts stay on the node.
 func (n *Node) Start(cmd *exec.Cmd) error {
-	if err := spawn.StartInNetNS(cmd, int(n.ns)); err != nil {
+	ns, home, err := n.handles()
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	defer home.Close()
+	if err := spawn.StartInNetNS(cmd, int(ns)); err != nil {
 		return fmt.Errorf("nodes: start %s on %s: %w", cmd.Path, n, err)
 	}
 	return nil
@@ -75,7 +83,13 @@ func (n *Node) ListenPacket(network, address string) (net.PacketConn, error) {
 // inNode runs f on a thread in n's namespace (see inNS).
 func inNode[T any](n *Node, what string, f func() (T, error)) (T, error) {
 	var v T
-	err := inNS(n.ns, n.nw.home, func() error {
+	ns, home, err := n.handles()
+	if err != nil {
+		return v, err
+	}
+	defer ns.Close()
+	defer home.Close()
+	err = inNS(ns, home, func() error {
 		var err error
 		v, err = f()
 		return err
@@ -136,4 +150,25 @@ func (n *Node) Processes() ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// handles are copies of the node's and this process's namespace
+// descriptors for one use, so that Close can close the originals while a
+// Dial or Start is under way.
+func (n *Node) handles() (ns, home netns.NsHandle, err error) {
+	n.nw.fdMu.RLock()
+	defer n.nw.fdMu.RUnlock()
+	if n.nw.fdClosed {
+		return -1, -1, fmt.Errorf("nodes: %s: the network is closed", n)
+	}
+	a, err := unix.FcntlInt(uintptr(n.ns), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("nodes: %s: %w", n, err)
+	}
+	b, err := unix.FcntlInt(uintptr(n.nw.home), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(a)
+		return -1, -1, fmt.Errorf("nodes: %s: %w", n, err)
+	}
+	return netns.NsHandle(a), netns.NsHandle(b), nil
 }

@@ -97,6 +97,11 @@ type Network struct {
 	host   *netlink.Handle
 	nodes  []*Node
 
+	// fdMu guards closing the namespace descriptors (nodes' ns and home)
+	// against Node.handles copying them.
+	fdMu     sync.RWMutex
+	fdClosed bool
+
 	mu     sync.Mutex
 	active *injection // the fault in effect, or nil
 	spans  []Span
@@ -506,10 +511,13 @@ func (nw *Network) Close() error {
 		}
 		nw.host.Close()
 	}
+	nw.fdMu.Lock()
+	nw.fdClosed = true
 	for _, node := range nw.nodes {
 		node.ns.Close()
 	}
 	nw.home.Close()
+	nw.fdMu.Unlock()
 	return errors.Join(errs...)
 }
 

@@ -262,6 +262,12 @@ func TestNetwork(t *testing.T) {
 	}
 	removed := time.Since(begin)
 	checkRemoved(t, nw)
+	if _, err := nw.Nodes()[0].Dial(t.Context(), "tcp", "10.77.0.11:7000"); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("Dial after Close: %v, want an error saying the network is closed", err)
+	}
+	if err := nw.Nodes()[0].Start(exec.Command("true")); err == nil {
+		t.Error("Start after Close: no error")
+	}
 	t.Logf("5 nodes: created in %v, removed in %v", created.Round(time.Millisecond), removed.Round(time.Millisecond))
 }
 
