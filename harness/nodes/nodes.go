@@ -16,7 +16,9 @@
 // neither the bridge nor the host has an address in the subnet, so a packet
 // from a node reaches only another node of the same Network (anything else
 // fails with "network is unreachable"). The host itself cannot reach a node
-// either: a coordinator reaches a node through another node (Node.Dial).
+// either: the coordinator reaches a node through a node's Dial, and to reach
+// node i whatever the faults (a health check, a leader query) it dials from
+// node i itself, since traffic within a node is never cut.
 // eth0, its peer and the bridge get no IPv6 address (addrgenmode none), so a
 // node speaks IPv4 to other nodes only; its loopback keeps 127.0.0.1 and
 // ::1. If the host's firewall drops forwarded traffic (bridged packets pass
@@ -491,7 +493,13 @@ func (nw *Network) Close() error {
 	nw.closed = true
 	var errs []error
 	if nw.active != nil {
-		errs = append(errs, nw.heal(nw.active))
+		if err := nw.heal(nw.active); err != nil {
+			// The rules go with the namespaces and the stopped processes
+			// are killed below: the fault ends here all the same.
+			errs = append(errs, err)
+			nw.spans[nw.active.span].End = time.Now()
+			nw.active = nil
+		}
 	}
 	for _, node := range nw.nodes {
 		pids, err := node.Processes()
