@@ -1,11 +1,10 @@
 package servers
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+
+	"github.com/locksuite/locksuite/harness/internal/owner"
 )
 
 // ownerFile, in each directory TempDir makes, names the process that made
@@ -22,9 +21,9 @@ func TempDir(parent, pattern string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	start, err := startTime(os.Getpid())
+	rec, err := owner.Self()
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, ownerFile), []byte(fmt.Sprintf("%d %d\n", os.Getpid(), start)), 0o644)
+		err = os.WriteFile(filepath.Join(dir, ownerFile), []byte(rec+"\n"), 0o644)
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -60,13 +59,8 @@ func RemoveStale() []string {
 			if err != nil {
 				continue
 			}
-			var pid int
-			var start uint64
-			if _, err := fmt.Sscanf(string(b), "%d %d", &pid, &start); err != nil {
-				continue
-			}
-			if s, err := startTime(pid); err == nil && s == start {
-				continue // its owner runs
+			if gone, ok := owner.Gone(string(b)); !ok || !gone {
+				continue // no record, or its owner runs
 			}
 			if os.RemoveAll(dir) == nil {
 				removed = append(removed, dir)
@@ -74,18 +68,4 @@ func RemoveStale() []string {
 		}
 	}
 	return removed
-}
-
-// startTime is field 22 of /proc/<pid>/stat: when the process started.
-func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
 }

@@ -8,18 +8,25 @@
 // how a redis-server once refused connections mid-run. Start forks every
 // child from one goroutine locked to its own OS thread for the life of the
 // process, so the signal fires only when the process itself dies.
+//
+// StartInNetNS starts a child in another network namespace from that same
+// thread: a child inherits the namespaces of the thread that forks it.
 package spawn
 
 import (
+	"fmt"
 	"os/exec"
 	"runtime"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 type request struct {
-	cmd *exec.Cmd
-	err chan error
+	cmd   *exec.Cmd
+	netns int // a network namespace's file descriptor, or -1: the spawner's own
+	err   chan error
 }
 
 var (
@@ -31,14 +38,51 @@ var (
 // never returns.
 func spawner() {
 	runtime.LockOSThread()
+	// home is the thread's own network namespace, to return to after a
+	// child started in another one.
+	home, homeErr := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	for r := range requests {
-		r.err <- r.cmd.Start()
+		if r.netns < 0 {
+			r.err <- r.cmd.Start()
+			continue
+		}
+		if homeErr != nil {
+			r.err <- fmt.Errorf("spawn: open this thread's network namespace: %w", homeErr)
+			continue
+		}
+		if err := unix.Setns(r.netns, unix.CLONE_NEWNET); err != nil {
+			r.err <- fmt.Errorf("spawn: enter network namespace: %w", err)
+			continue
+		}
+		err := r.cmd.Start()
+		if back := unix.Setns(home, unix.CLONE_NEWNET); back != nil {
+			// The thread cannot exit (its children's Pdeathsig would fire)
+			// and must not start the next child in the wrong namespace.
+			panic(fmt.Sprintf("spawn: cannot return the spawning thread to its network namespace: %v", back))
+		}
+		r.err <- err
 	}
 }
 
 // Start is cmd.Start from the spawning thread. If cmd.SysProcAttr has no
 // Pdeathsig, it gets SIGKILL: the child dies with this process.
 func Start(cmd *exec.Cmd) error {
+	return start(cmd, -1)
+}
+
+// StartInNetNS is Start with the child in the network namespace that the
+// open file descriptor netns refers to (/proc/<pid>/ns/net, or a handle
+// from unshare). The spawning thread enters that namespace, forks and
+// returns to its own before it serves the next request, so Start is not
+// affected. The caller keeps netns open until StartInNetNS returns.
+func StartInNetNS(cmd *exec.Cmd, netns int) error {
+	if netns < 0 {
+		return fmt.Errorf("spawn: invalid network namespace descriptor %d", netns)
+	}
+	return start(cmd, netns)
+}
+
+func start(cmd *exec.Cmd, netns int) error {
 	once.Do(func() { go spawner() })
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -46,7 +90,7 @@ func Start(cmd *exec.Cmd) error {
 	if cmd.SysProcAttr.Pdeathsig == 0 {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	r := request{cmd, make(chan error, 1)}
+	r := request{cmd, netns, make(chan error, 1)}
 	requests <- r
 	return <-r.err
 }
