@@ -1,0 +1,347 @@
+// Package zksession is the ZooKeeper session the zookeeper and zklock
+// adapters share: a go-zookeeper connection made through the suite's
+// dialer (and TLS, and digest auth), its negotiated timeout checked against
+// the lease asked for, notice of the session's loss, and ending the session
+// from outside.
+//
+// go-zookeeper keeps the session's id and password (what a client needs to
+// take a session over) to itself. The dialer wraps every connection and
+// reads them from the server's connect response, the first frame on each
+// connection, as it passes: that is what lets Terminate end the session
+// from a connection of its own, as a second client with the same
+// credentials would.
+package zksession
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Options describe a session.
+type Options struct {
+	// Servers are host:port addresses. Required.
+	Servers []string
+	// Timeout is the session timeout asked for. Open fails if the server
+	// grants a different one (it clamps it to its minSessionTimeout and
+	// maxSessionTimeout).
+	Timeout time.Duration
+	// Dial, if not nil, makes every connection.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// TLS, if not nil, wraps every connection in TLS.
+	TLS *tls.Config
+	// Auth, if not empty, is "user:password" for the digest scheme.
+	Auth string
+	// Name prefixes errors: "zookeeper", "zk-lock".
+	Name string
+}
+
+// Session is one ZooKeeper session.
+type Session struct {
+	Conn *zk.Conn
+	opts Options
+
+	mu      sync.Mutex
+	id      int64  // the session of the last connect response
+	passwd  []byte // its password
+	granted time.Duration
+	waiters map[chan struct{}]int64 // loss channels → the session they watch
+}
+
+// Open connects and waits (up to ctx, at most 10 s) until the server has
+// granted the session. It fails when the server grants a timeout other than
+// Options.Timeout.
+func Open(ctx context.Context, o Options) (*Session, error) {
+	if len(o.Servers) == 0 {
+		return nil, fmt.Errorf("%s: no server: set Config.Servers (host:port, ...)", o.Name)
+	}
+	s := &Session{opts: o, waiters: map[chan struct{}]int64{}}
+	conn, _, err := zk.Connect(o.Servers, o.Timeout,
+		zk.WithDialer(s.dial),
+		zk.WithEventCallback(s.event),
+		zk.WithLogger(log.New(io.Discard, "", 0)),
+		zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("%s: connect %v: %w", o.Name, o.Servers, err)
+	}
+	s.Conn = conn
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for conn.State() != zk.StateHasSession {
+		select {
+		case <-ctx.Done():
+			conn.Close()
+			return nil, fmt.Errorf("%s: no session from %v: %w", o.Name, o.Servers, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if o.Auth != "" {
+		if err := conn.AddAuth("digest", []byte(o.Auth)); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("%s: digest auth: %w", o.Name, err)
+		}
+	}
+	s.mu.Lock()
+	granted := s.granted
+	s.mu.Unlock()
+	if granted != o.Timeout {
+		conn.Close()
+		return nil, fmt.Errorf("%s: the server grants a session timeout of %v, not the lease %v: its minSessionTimeout (default 2 × tickTime) "+
+			"or maxSessionTimeout excludes the lease; set them to allow it, or ask for a lease within them", o.Name, granted, o.Timeout)
+	}
+	return s, nil
+}
+
+// ACL is the ACL for the znodes a client makes: all rights to the digest
+// user of Options.Auth only, or to anyone without it.
+func (o Options) ACL() []zk.ACL {
+	if user, pass, ok := strings.Cut(o.Auth, ":"); ok {
+		return zk.DigestACL(zk.PermAll, user, pass)
+	}
+	return zk.WorldACL(zk.PermAll)
+}
+
+// dial is go-zookeeper's Dialer: Options.Dial (or a plain dial) bounded by
+// timeout, TLS if asked for, and the sniffer of the connect response.
+func (s *Session) dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	c, err := s.rawDial(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &sniffer{Conn: c, s: s}, nil
+}
+
+func (s *Session) rawDial(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var c net.Conn
+	var err error
+	if s.opts.Dial != nil {
+		c, err = s.opts.Dial(ctx, network, address)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, address)
+	}
+	if err != nil || s.opts.TLS == nil {
+		return c, err
+	}
+	cfg := s.opts.TLS.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(address)
+	}
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// sniffer reads the first frame the server sends on a connection, the
+// connect response (protocol version int32, timeout int32, session id
+// int64, password: int32 length and bytes), and records it.
+type sniffer struct {
+	net.Conn
+	s    *Session
+	buf  []byte
+	done bool
+}
+
+func (c *sniffer) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.done && n > 0 {
+		c.buf = append(c.buf, p[:n]...)
+		if len(c.buf) >= 4 {
+			size := int(binary.BigEndian.Uint32(c.buf))
+			if len(c.buf) >= 4+size {
+				c.done = true
+				c.s.record(c.buf[4 : 4+size])
+				c.buf = nil
+			}
+		}
+	}
+	return n, err
+}
+
+func (s *Session) record(b []byte) {
+	if len(b) < 20 {
+		return
+	}
+	timeout := time.Duration(int32(binary.BigEndian.Uint32(b[4:]))) * time.Millisecond
+	id := int64(binary.BigEndian.Uint64(b[8:]))
+	plen := int(int32(binary.BigEndian.Uint32(b[16:])))
+	if id == 0 || plen < 0 || len(b) < 20+plen {
+		return // expired: the client starts a new session
+	}
+	s.mu.Lock()
+	s.id, s.passwd, s.granted = id, append([]byte(nil), b[20:20+plen]...), timeout
+	s.mu.Unlock()
+}
+
+// event marks every loss channel lost when the connection ends or the
+// session expires: a holder that cannot reach the server cannot know that
+// its session, and its znode, still exist.
+func (s *Session) event(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateDisconnected, zk.StateExpired, zk.StateAuthFailed:
+		s.mu.Lock()
+		for ch := range s.waiters {
+			close(ch)
+			delete(s.waiters, ch)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Current is the session's id, 0 while it has none.
+func (s *Session) Current() int64 {
+	if s.Conn.State() != zk.StateHasSession {
+		return 0
+	}
+	return s.Conn.SessionID()
+}
+
+// Watch returns a channel closed at the next disconnection or expiry, or
+// at once if the connection no longer has session id. Forget stops
+// watching.
+func (s *Session) Watch(id int64) <-chan struct{} {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.Current() != id {
+		close(ch)
+		return ch
+	}
+	s.waiters[ch] = id
+	return ch
+}
+
+// Forget stops watching ch (a released lease).
+func (s *Session) Forget(ch <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.waiters {
+		if w == ch {
+			delete(s.waiters, w)
+		}
+	}
+}
+
+// Credentials are the current session's id and password.
+func (s *Session) Credentials() (int64, []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id, s.passwd
+}
+
+// Close ends the session (go-zookeeper sends closeSession) and marks every
+// loss channel lost.
+func (s *Session) Close() {
+	s.Conn.Close()
+	s.event(zk.Event{Type: zk.EventSession, State: zk.StateDisconnected})
+}
+
+// ErrSessionGone is Terminate's error for a session the server no longer
+// has.
+var ErrSessionGone = errors.New("the session no longer exists")
+
+// Terminate ends session id (password passwd) from a connection of its
+// own, through the same dialer, to the first server that answers: it
+// connects with the session's credentials, which the server accepts as the
+// same client reconnecting (it drops the holder's own connection), and asks
+// to close the session. The server removes the session's ephemeral znodes
+// before it answers. It returns ErrSessionGone (wrapped) if the session had
+// already expired.
+func (s *Session) Terminate(ctx context.Context, id int64, passwd []byte) error {
+	var last error
+	for _, addr := range s.opts.Servers {
+		err := s.terminateOn(ctx, addr, id, passwd)
+		if err == nil || errors.Is(err, ErrSessionGone) {
+			return err
+		}
+		last = err
+	}
+	return last
+}
+
+func (s *Session) terminateOn(ctx context.Context, addr string, id int64, passwd []byte) error {
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	c, err := s.rawDial("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	// ConnectRequest: protocol version, last zxid seen, timeout, session
+	// id, password.
+	req := binary.BigEndian.AppendUint32(nil, 0)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, uint32(s.opts.Timeout.Milliseconds()))
+	req = binary.BigEndian.AppendUint64(req, uint64(id))
+	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
+	req = append(req, passwd...)
+	if err := writeFrame(c, req); err != nil {
+		return err
+	}
+	resp, err := readFrame(c)
+	if err != nil {
+		return fmt.Errorf("connect response: %w", err)
+	}
+	if len(resp) < 16 || int64(binary.BigEndian.Uint64(resp[8:])) != id {
+		return fmt.Errorf("session 0x%x: %w", id, ErrSessionGone)
+	}
+	// RequestHeader: xid 1, type closeSession (-11).
+	closeSession := int32(-11)
+	if err := writeFrame(c, binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 1), uint32(closeSession))); err != nil {
+		return err
+	}
+	// ReplyHeader: xid, zxid, err; pings' and notifications' replies
+	// (negative xids) are skipped.
+	for {
+		r, err := readFrame(c)
+		if err != nil {
+			return fmt.Errorf("close session 0x%x: %w", id, err)
+		}
+		if len(r) >= 16 && int32(binary.BigEndian.Uint32(r)) == 1 {
+			if code := int32(binary.BigEndian.Uint32(r[12:])); code != 0 {
+				return fmt.Errorf("close session 0x%x: server error %d", id, code)
+			}
+			return nil
+		}
+	}
+}
+
+func writeFrame(w io.Writer, b []byte) error {
+	_, err := w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
+	return err
+}
+
+func readFrame(r io.Reader) ([]byte, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(h[:])
+	if n > 1<<20 {
+		return nil, fmt.Errorf("frame of %d bytes", n)
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
