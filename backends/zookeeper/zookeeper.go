@@ -27,7 +27,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -69,13 +68,9 @@ type Config struct {
 const prefix = "lock-"
 
 type locker struct {
-	opts   zksession.Options
-	path   string
-	acl    []zk.ACL
-	closed atomic.Bool
-
-	mu   sync.Mutex
-	sess *zksession.Session
+	c    *zksession.Client
+	path string
+	acl  []zk.ACL
 }
 
 var (
@@ -89,70 +84,31 @@ var (
 
 // New returns a Locker for cfg. It connects at the first Acquire.
 func New(cfg Config) (backends.Locker, error) {
-	path, err := lockPath(cfg.Key)
+	path, err := zksession.LockPath("zookeeper", cfg.Key)
 	if err != nil {
-		return nil, fmt.Errorf("zookeeper: %w", err)
+		return nil, err
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = time.Second
 	}
-	if cfg.Lease < time.Millisecond {
-		return nil, fmt.Errorf("zookeeper: lease %v is below the session timeout's 1ms resolution", cfg.Lease)
-	}
-	if len(cfg.Servers) == 0 {
-		return nil, errors.New("zookeeper: no server: set Config.Servers (host:port, ...)")
-	}
-	if cfg.Auth != "" && !strings.Contains(cfg.Auth, ":") {
-		return nil, errors.New("zookeeper: Config.Auth is not user:password")
-	}
 	o := zksession.Options{Servers: cfg.Servers, Timeout: cfg.Lease, Dial: cfg.Dial, TLS: cfg.TLS, Auth: cfg.Auth, Name: "zookeeper"}
-	return &locker{opts: o, path: path, acl: o.ACL()}, nil
+	c, err := zksession.NewClient(o)
+	if err != nil {
+		return nil, err
+	}
+	return &locker{c: c, path: path, acl: o.ACL()}, nil
 }
 
-// lockPath checks key and makes it a znode path.
-func lockPath(key string) (string, error) {
-	if key == "" {
-		return "", errors.New("Config.Key is empty: name the lock")
-	}
-	p := key
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	for _, c := range strings.Split(p[1:], "/") {
-		if c == "" || c == "." || c == ".." {
-			return "", fmt.Errorf("Config.Key %q is not a znode path: a component is empty, \".\" or \"..\"", key)
-		}
-	}
-	return p, nil
-}
-
-func (l *locker) TTL() time.Duration { return l.opts.Timeout }
+func (l *locker) TTL() time.Duration { return l.c.Options().Timeout }
 
 // Expiry is the lease and half of it again: the server expires a session
 // on the first tick boundary after its timeout, and the timeout is at
 // least 2 ticks (minSessionTimeout's default, and the harness's server's),
 // so a tick is at most half of it.
-func (l *locker) Expiry() time.Duration { return l.opts.Timeout * 3 / 2 }
+func (l *locker) Expiry() time.Duration { return l.c.Options().Timeout * 3 / 2 }
 func (l *locker) Renews() bool          { return true }
 func (l *locker) Describe() string {
-	return fmt.Sprintf("ZooKeeper lock recipe (ephemeral sequential znodes), session timeout %v, fence = znode czxid", l.opts.Timeout)
-}
-
-// session returns the Locker's session, opening it if there is none.
-func (l *locker) session(ctx context.Context) (*zksession.Session, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed.Load() {
-		return nil, backends.ErrClosed
-	}
-	if l.sess == nil {
-		s, err := zksession.Open(ctx, l.opts)
-		if err != nil {
-			return nil, err
-		}
-		l.sess = s
-	}
-	return l.sess, nil
+	return fmt.Sprintf("ZooKeeper lock recipe (ephemeral sequential znodes), session timeout %v, fence = znode czxid", l.c.Options().Timeout)
 }
 
 // Acquire follows the recipe until this client holds the lock or ctx is
@@ -162,7 +118,7 @@ func (l *locker) session(ctx context.Context) (*zksession.Session, error) {
 // to block the queue). If the session expires while it waits, its znode is
 // gone: it creates a new one, at the back of the queue.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	s, err := l.session(ctx)
+	s, err := l.c.Session(ctx)
 	if err != nil {
 		if errors.Is(err, backends.ErrClosed) {
 			return nil, err
@@ -184,7 +140,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		}
 	}()
 	for {
-		if l.closed.Load() {
+		if l.c.Closed() {
 			return nil, backends.ErrClosed
 		}
 		if ctx.Err() != nil {
@@ -193,8 +149,8 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if mine == "" {
 			mine, err = l.create(s)
 			if err != nil {
-				if retryable(err) {
-					if werr := pause(ctx, 10*time.Millisecond); werr != nil {
+				if zksession.Retryable(err) {
+					if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
 						return nil, wrap(werr)
 					}
 					continue
@@ -204,7 +160,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		}
 		children, _, err := s.Conn.Children(l.path)
 		if err != nil {
-			if retryable(err) {
+			if zksession.Retryable(err) {
 				mine = l.forgetIfGone(s, mine)
 				continue
 			}
@@ -236,7 +192,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		prev := l.path + "/" + children[me-1]
 		ok, _, ch, err := s.Conn.ExistsW(prev)
 		if err != nil {
-			if retryable(err) {
+			if zksession.Retryable(err) {
 				mine = l.forgetIfGone(s, mine)
 				continue
 			}
@@ -287,23 +243,6 @@ func (l *locker) forgetIfGone(s *zksession.Session, znode string) string {
 	return znode
 }
 
-// retryable: the request failed with the connection, or the session
-// expired; go-zookeeper reconnects (with a new session if the old one
-// expired).
-func retryable(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrSessionExpired) ||
-		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrNoServer)
-}
-
-func pause(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}
-
 // seq is a sequence znode's counter: its last ten digits ("_c_<guid>-lock-"
 // comes before them).
 func seq(name string) string {
@@ -314,34 +253,18 @@ func seq(name string) string {
 }
 
 // Close ends the Locker's session: the server deletes its znodes at once.
-func (l *locker) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed.Swap(true) {
-		return nil
-	}
-	if l.sess != nil {
-		l.sess.Close()
-	}
-	return nil
-}
+func (l *locker) Close() error { return l.c.Close() }
 
 // Cleanup deletes the lock's znode and then each parent up to the root,
 // stopping at the first that is not empty (another lock's, or a waiter's
 // still) or not there: it removes what Acquire created and nothing else.
 func (l *locker) Cleanup(ctx context.Context) error {
-	s, err := l.session(ctx)
+	s, err := l.c.Session(ctx)
+	if err == nil {
+		err = s.RemoveEmpty(l.path)
+	}
 	if err != nil {
 		return fmt.Errorf("zookeeper: cleanup %s: %w", l.path, err)
-	}
-	for p := l.path; p != "/" && p != ""; p = p[:strings.LastIndex(p, "/")] {
-		err := s.Conn.Delete(p, -1)
-		if errors.Is(err, zk.ErrNotEmpty) || errors.Is(err, zk.ErrNoNode) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("zookeeper: cleanup %s: delete %s: %w", l.path, p, err)
-		}
 	}
 	return nil
 }
@@ -371,21 +294,11 @@ func (ls *lease) Lost() <-chan struct{} { return ls.lost }
 func (ls *lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	for !ls.released {
-		if cur := ls.s.Current(); cur != 0 && cur != ls.session {
-			break
-		}
-		err := ls.s.Conn.Delete(ls.path, ls.version)
-		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			if !retryable(err) {
-				return fmt.Errorf("zookeeper: release %s: %w", ls.path, err)
-			}
-			if werr := pause(ctx, 10*time.Millisecond); werr != nil {
-				return fmt.Errorf("zookeeper: release %s: %w (last: %v)", ls.path, werr, err)
-			}
-			continue
-		}
-		break
+	if ls.released {
+		return nil
+	}
+	if err := ls.s.Release(ctx, ls.session, func() error { return ls.s.Conn.Delete(ls.path, ls.version) }); err != nil {
+		return fmt.Errorf("zookeeper: release %s: %w", ls.path, err)
 	}
 	ls.released = true
 	ls.s.Forget(ls.lost)
@@ -396,12 +309,8 @@ func (ls *lease) Release(ctx context.Context) error {
 // zksession.Session.Terminate): the server deletes the znode before it
 // answers, and the holder finds out at its next request or ping (Lost).
 func (ls *lease) Terminate(ctx context.Context) error {
-	id, passwd := ls.s.Credentials()
-	if id != ls.session {
-		return fmt.Errorf("zookeeper: terminate session 0x%x: the client has moved to session 0x%x: %w", ls.session, id, zksession.ErrSessionGone)
-	}
-	if err := ls.s.Terminate(ctx, id, passwd); err != nil {
-		return fmt.Errorf("zookeeper: terminate session 0x%x: %w", id, err)
+	if err := ls.s.End(ctx, ls.session); err != nil {
+		return fmt.Errorf("zookeeper: %w", err)
 	}
 	return nil
 }

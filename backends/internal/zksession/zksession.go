@@ -23,9 +23,12 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/locksuite/locksuite/backends"
 )
 
 // Options describe a session.
@@ -344,4 +347,173 @@ func readFrame(r io.Reader) ([]byte, error) {
 	b := make([]byte, n)
 	_, err := io.ReadFull(r, b)
 	return b, err
+}
+
+// Check validates o and returns an error naming the field to fix.
+func (o Options) Check() error {
+	switch {
+	case len(o.Servers) == 0:
+		return fmt.Errorf("%s: no server: set Config.Servers (host:port, ...)", o.Name)
+	case o.Timeout < time.Millisecond:
+		return fmt.Errorf("%s: lease %v is below the session timeout's 1ms resolution", o.Name, o.Timeout)
+	case o.Auth != "" && !strings.Contains(o.Auth, ":"):
+		return fmt.Errorf("%s: Config.Auth is not user:password", o.Name)
+	}
+	return nil
+}
+
+// LockPath makes a lock's key a znode path: "/" + key, a leading "/" kept.
+func LockPath(name, key string) (string, error) {
+	if key == "" {
+		return "", fmt.Errorf("%s: Config.Key is empty: name the lock", name)
+	}
+	p := key
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	for _, c := range strings.Split(p[1:], "/") {
+		if c == "" || c == "." || c == ".." {
+			return "", fmt.Errorf("%s: Config.Key %q is not a znode path: a component is empty, \".\" or \"..\"", name, key)
+		}
+	}
+	return p, nil
+}
+
+// Retryable reports whether a request failed with the connection or the
+// session, which go-zookeeper re-establishes (a new session if the old one
+// expired).
+func Retryable(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrSessionExpired) ||
+		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrNoServer)
+}
+
+// Pause waits d, or less if ctx ends first (then it returns ctx's error).
+func Pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// Moved reports whether the client now has a session other than id: id
+// ended, and its ephemeral znodes with it.
+func (s *Session) Moved(id int64) bool {
+	cur := s.Current()
+	return cur != 0 && cur != id
+}
+
+// Release calls del until it succeeds, the znode is gone (zk.ErrNoNode),
+// session id has ended (Moved), or ctx is done; it retries while the
+// client reconnects. It is a Lease's release of its ephemeral znode.
+func (s *Session) Release(ctx context.Context, id int64, del func() error) error {
+	for !s.Moved(id) {
+		err := del()
+		if err == nil || errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if !Retryable(err) {
+			return err
+		}
+		if werr := Pause(ctx, 10*time.Millisecond); werr != nil {
+			return fmt.Errorf("%w (last: %v)", werr, err)
+		}
+	}
+	return nil
+}
+
+// End terminates session id if it is still the client's (see Terminate).
+func (s *Session) End(ctx context.Context, id int64) error {
+	cur, passwd := s.Credentials()
+	if cur != id {
+		return fmt.Errorf("terminate session 0x%x: the client has moved to session 0x%x: %w", id, cur, ErrSessionGone)
+	}
+	if err := s.Terminate(ctx, id, passwd); err != nil {
+		return fmt.Errorf("terminate session 0x%x: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveEmpty deletes path and then each parent up to the root, stopping
+// at the first that is not empty or not there: it removes a lock's znodes
+// once no client uses them, and nothing else.
+func (s *Session) RemoveEmpty(path string) error {
+	for p := path; p != "/" && p != ""; p = p[:strings.LastIndex(p, "/")] {
+		err := s.Conn.Delete(p, -1)
+		if errors.Is(err, zk.ErrNotEmpty) || errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Client is a Locker's session, opened at first use and replaced after
+// Drop, until Close.
+type Client struct {
+	opts   Options
+	closed atomic.Bool
+	mu     sync.Mutex
+	sess   *Session
+}
+
+// NewClient returns a Client for o (checked with Check). It does not
+// connect.
+func NewClient(o Options) (*Client, error) {
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
+	return &Client{opts: o}, nil
+}
+
+// Options are the client's options.
+func (c *Client) Options() Options { return c.opts }
+
+// Closed reports whether Close was called.
+func (c *Client) Closed() bool { return c.closed.Load() }
+
+// Session returns the open session, opening one if there is none; after
+// Close it returns backends.ErrClosed.
+func (c *Client) Session(ctx context.Context) (*Session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return nil, backends.ErrClosed
+	}
+	if c.sess == nil {
+		s, err := Open(ctx, c.opts)
+		if err != nil {
+			return nil, err
+		}
+		c.sess = s
+	}
+	return c.sess, nil
+}
+
+// Drop ends s if it is still the client's session; the next Session
+// opens a new one.
+func (c *Client) Drop(s *Session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess == s {
+		c.sess = nil
+		s.Close()
+	}
+}
+
+// Close ends the session (the server deletes its ephemeral znodes at
+// once). It is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Swap(true) {
+		return nil
+	}
+	if c.sess != nil {
+		c.sess.Close()
+	}
+	return nil
 }
