@@ -140,7 +140,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			return nil, fmt.Errorf("zk-lock: acquire %s: %w (Lock: %v)", l.path, ctx.Err(), err)
 		}
 		if !retryable(err) {
-			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.path, err)
+			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.path, zksession.Explain(err))
 		}
 	}
 }

@@ -129,7 +129,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return fmt.Errorf("zookeeper: acquire %s: %w", l.path, err)
+		return fmt.Errorf("zookeeper: acquire %s: %w", l.path, zksession.Explain(err))
 	}
 	mine := ""
 	// On failure, the znode goes: a waiter that gave up must not hold the

@@ -424,3 +424,75 @@ func TestBadConfig(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestSecure: against a server started WithAuth and WithTLS, a client with
+// the CA and the digest user works; one without TLS, or without the user,
+// fails in bounded time with an error naming the fix; another digest user
+// cannot remove the lock's znodes (their ACL names the suite's user).
+func TestSecure(t *testing.T) {
+	needServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := servers.StartZooKeeper(ctx, servers.WithAuth(), servers.WithTLS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	sec := s.Secrets()
+	tlsCfg, err := sec.ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := sec.User + ":" + sec.Password
+	cfg := func(tls bool, auth string) zookeeper.Config {
+		c := zookeeper.Config{Servers: []string{s.Endpoint()}, Key: key(t), Lease: lease200, Auth: auth}
+		if tls {
+			c.TLS = tlsCfg
+		}
+		return c
+	}
+	a, err := zookeeper.New(cfg(true, auth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	la, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  zookeeper.Config
+		want string
+	}{
+		{"plain", cfg(false, auth), "Config.TLS"},
+		{"no auth", cfg(true, ""), "Config.Auth"},
+	} {
+		l, err := zookeeper.New(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = l.Acquire(actx)
+		acancel()
+		l.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Acquire: %v, want an error naming %s", tc.name, err, tc.want)
+		}
+	}
+	// Another digest user: the lock's znode's ACL names the suite's user.
+	o, err := zookeeper.New(cfg(true, "intruder:x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if err := o.(backends.Cleaner).Cleanup(ctx); err == nil || !strings.Contains(err.Error(), "not authenticated") {
+		t.Errorf("another user's Cleanup while A holds: %v, want zk.ErrNoAuth", err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.(backends.Cleaner).Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

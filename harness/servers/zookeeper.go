@@ -3,6 +3,7 @@ package servers
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -16,16 +17,20 @@ import (
 	"time"
 )
 
-// ZooKeeper runs Debian's ZooKeeper (package zookeeper, 3.8) as a plain java
+// zkJars: the harness runs Debian's ZooKeeper (package zookeeper, 3.8) as a plain java
 // process: the server's jar, whose manifest names its dependencies in
 // /usr/share/java, and slf4j-simple for a log on stderr. Running java
 // directly, not zkServer.sh, makes the server the single process of its
 // process group, so that SIGSTOP (a Member's Stop) freezes the server itself
 // and Stop leaves nothing behind.
-var (
-	zkJar       = "/usr/share/java/zookeeper.jar"
-	zkLoggerJar = "/usr/share/java/slf4j-simple.jar"
-)
+// Debian's manifest omits netty-codec and netty-resolver, which the Netty
+// connection factory of the TLS port needs.
+var zkJars = []string{
+	"/usr/share/java/zookeeper.jar",
+	"/usr/share/java/slf4j-simple.jar",
+	"/usr/share/java/netty-codec.jar",
+	"/usr/share/java/netty-resolver.jar",
+}
 
 // ZooKeeperTick is the tickTime of the servers the harness starts. A session
 // expires on the first tick boundary after its timeout has passed, so a
@@ -43,7 +48,7 @@ func zkCommand(cfg string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []string{zkJar, zkLoggerJar} {
+	for _, f := range zkJars {
 		if _, err := os.Stat(f); err != nil {
 			return nil, err
 		}
@@ -56,7 +61,7 @@ func zkCommand(cfg string) ([]string, error) {
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
 		"-Dzookeeper.jmx.log4j.disable=true",
-		"-cp", zkJar + ":" + zkLoggerJar,
+		"-cp", strings.Join(zkJars, ":"),
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg}, nil
 }
 
@@ -65,20 +70,22 @@ func zkCommand(cfg string) ([]string, error) {
 // four-letter words the harness asks (srvr for the mode, mntr for the
 // leader's synced followers, conf, ruok).
 func zkConfig(dataDir string, clientPort int, extra ...string) string {
-	lines := append([]string{
+	port := []string{"clientPort=" + strconv.Itoa(clientPort), "clientPortAddress=127.0.0.1"}
+	if clientPort == 0 {
+		port = nil // TLS only: the secure port is in extra
+	}
+	lines := append(append([]string{
 		"tickTime=" + strconv.FormatInt(ZooKeeperTick.Milliseconds(), 10),
 		"minSessionTimeout=" + strconv.FormatInt(2*ZooKeeperTick.Milliseconds(), 10),
 		"maxSessionTimeout=60000",
 		"initLimit=20",
 		"syncLimit=5",
 		"dataDir=" + dataDir,
-		"clientPort=" + strconv.Itoa(clientPort),
-		"clientPortAddress=127.0.0.1",
 		"admin.enableServer=false",
 		"4lw.commands.whitelist=srvr,mntr,conf,ruok",
 		"forceSync=no",
 		"autopurge.purgeInterval=0",
-	}, extra...)
+	}, port...), extra...)
 	return strings.Join(lines, "\n") + "\n"
 }
 
@@ -87,8 +94,20 @@ func zkConfig(dataDir string, clientPort int, extra ...string) string {
 // allow the command (4lw.commands.whitelist; the harness's servers allow
 // srvr, mntr, conf and ruok).
 func FourLetterWord(ctx context.Context, addr, cmd string) (string, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	return fourLetterWord(ctx, addr, cmd, nil)
+}
+
+// fourLetterWord is FourLetterWord over TLS when cfg is not nil.
+func fourLetterWord(ctx context.Context, addr, cmd string, cfg *tls.Config) (string, error) {
+	var c net.Conn
+	var err error
+	if cfg != nil {
+		d := tls.Dialer{Config: cfg}
+		c, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -115,8 +134,8 @@ func FourLetterWord(ctx context.Context, addr, cmd string) (string, error) {
 // zkMode is the server's mode from srvr: "standalone", "leader" or
 // "follower", or an error while it does not serve (it is electing, or
 // loading).
-func zkMode(ctx context.Context, addr string) (string, error) {
-	s, err := FourLetterWord(ctx, addr, "srvr")
+func zkMode(ctx context.Context, addr string, cfg *tls.Config) (string, error) {
+	s, err := fourLetterWord(ctx, addr, "srvr", cfg)
 	if err != nil {
 		return "", err
 	}
@@ -131,15 +150,20 @@ func zkMode(ctx context.Context, addr string) (string, error) {
 
 // ZooKeeper is a standalone ZooKeeper server started by StartZooKeeper.
 type ZooKeeper struct {
-	p    *proc
-	addr string
-	once sync.Once
+	p       *proc
+	addr    string
+	secrets Secrets
+	once    sync.Once
 }
 
 func (s *ZooKeeper) Name() string { return "zookeeper" }
 
-// Endpoint is the client port's host:port.
+// Endpoint is the client port's host:port (WithTLS, the secure port's).
 func (s *ZooKeeper) Endpoint() string { return s.addr }
+
+// Secrets are the digest user and password (WithAuth) and the test CA and
+// a client certificate (WithTLS).
+func (s *ZooKeeper) Secrets() Secrets { return s.secrets }
 
 // Log is the server's log file, in the directory Stop removes: copy it
 // before Stop to keep it.
@@ -150,10 +174,20 @@ func (s *ZooKeeper) Log() string { return s.p.log }
 func (s *ZooKeeper) Pid() int { return s.p.Pid() }
 
 // StartZooKeeper starts a standalone ZooKeeper server (Debian's package,
-// run as described at zkJar) on a free loopback port, with its data in a
+// run as described at zkJars) on a free loopback port, with its data in a
 // temporary directory, tickTime 100 ms and minSessionTimeout 200 ms (see
 // ZooKeeperTick), and waits until it serves (srvr reports its mode).
-func StartZooKeeper(ctx context.Context) (*ZooKeeper, error) {
+//
+// WithAuth makes the server refuse every request of a session that has not
+// authenticated with the digest scheme (enforce.auth.schemes=digest), and
+// makes up a user "locksuite" with a random password (Secrets) for the
+// clients. The digest scheme accepts any user and password: what it
+// protects is the znodes whose ACL names that user (the adapters' ACLs), not
+// the server. WithTLS replaces the plain port by a secureClientPort (the
+// Netty connection factory) with a certificate of the test CA; client
+// certificates are accepted, not required.
+func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
+	o := apply(opts)
 	fail := func(err error, fix string) error { return &Unavailable{"zookeeper", err, fix} }
 	port, err := FreePort()
 	if err != nil {
@@ -163,8 +197,35 @@ func StartZooKeeper(ctx context.Context) (*ZooKeeper, error) {
 	if err != nil {
 		return nil, fail(err, "a writable temporary directory")
 	}
+	s := &ZooKeeper{addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	var extra []string
+	if o.auth {
+		s.secrets.User, s.secrets.Password = "locksuite", randomSecret()
+		extra = append(extra, "enforce.auth.enabled=true", "enforce.auth.schemes=digest")
+	}
+	plain := port
+	var probeTLS *tls.Config
+	if o.tls {
+		certs, err := newPKI(dir, -1, -1)
+		if err == nil {
+			err = zkKeyStore(certs, filepath.Join(dir, "server.pem"))
+		}
+		if err == nil {
+			certs.secrets(&s.secrets)
+			probeTLS, err = s.secrets.ClientTLS()
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fail(err, "a writable temporary directory")
+		}
+		plain = 0
+		extra = append(extra, "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+			"secureClientPort="+strconv.Itoa(port), "secureClientPortAddress=127.0.0.1",
+			"ssl.keyStore.location="+filepath.Join(dir, "server.pem"), "ssl.keyStore.type=PEM",
+			"ssl.trustStore.location="+certs.ca, "ssl.trustStore.type=PEM", "ssl.clientAuth=want")
+	}
 	cfg := filepath.Join(dir, "zoo.cfg")
-	err = os.WriteFile(cfg, []byte(zkConfig(filepath.Join(dir, "data"), port)), 0o600)
+	err = os.WriteFile(cfg, []byte(zkConfig(filepath.Join(dir, "data"), plain, extra...)), 0o600)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fail(err, "a writable temporary directory")
@@ -179,9 +240,9 @@ func StartZooKeeper(ctx context.Context) (*ZooKeeper, error) {
 		os.RemoveAll(dir)
 		return nil, fail(err, "check that "+argv[0]+" runs")
 	}
-	s := &ZooKeeper{p: p, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	s.p = p
 	err = waitReady(ctx, p, 30*time.Second, func(ctx context.Context) error {
-		m, err := zkMode(ctx, s.addr)
+		m, err := zkMode(ctx, s.addr, probeTLS)
 		if err == nil && m != "standalone" {
 			err = fmt.Errorf("mode %q, want standalone", m)
 		}
@@ -192,6 +253,20 @@ func StartZooKeeper(ctx context.Context) (*ZooKeeper, error) {
 		return nil, fail(err, "see the log above")
 	}
 	return s, nil
+}
+
+// zkKeyStore writes the server's key and certificate into one PEM file, the
+// form ZooKeeper's PEM key store reads.
+func zkKeyStore(certs *pki, path string) error {
+	key, err := os.ReadFile(certs.serverKey)
+	if err != nil {
+		return err
+	}
+	cert, err := os.ReadFile(certs.serverCert)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(key, cert...), 0o600)
 }
 
 // Stop ends the server (SIGTERM, SIGKILL after 3 s) and removes its
@@ -300,7 +375,7 @@ func (s *ZooKeeperEnsemble) status(ctx context.Context) (*Member, error) {
 	}
 	var leader *Member
 	for _, m := range ms {
-		mode, err := zkMode(ctx, m.addr)
+		mode, err := zkMode(ctx, m.addr, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", m.name, err)
 		}

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"strings"
 	"sync"
@@ -55,6 +54,7 @@ type Session struct {
 	opts Options
 
 	mu      sync.Mutex
+	lastLog string // go-zookeeper's last log line (a failed dial, handshake)
 	id      int64  // the session of the last connect response
 	passwd  []byte // its password
 	granted time.Duration
@@ -72,7 +72,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 	conn, _, err := zk.Connect(o.Servers, o.Timeout,
 		zk.WithDialer(s.dial),
 		zk.WithEventCallback(s.event),
-		zk.WithLogger(log.New(io.Discard, "", 0)),
+		zk.WithLogger(logger{s}),
 		zk.WithLogInfo(false))
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect %v: %w", o.Name, o.Servers, err)
@@ -84,7 +84,14 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 		select {
 		case <-ctx.Done():
 			conn.Close()
-			return nil, fmt.Errorf("%s: no session from %v: %w", o.Name, o.Servers, ctx.Err())
+			s.mu.Lock()
+			last := s.lastLog
+			s.mu.Unlock()
+			if last == "" {
+				last = "none"
+			}
+			return nil, fmt.Errorf("%s: no session from %v: %w (the client's last error: %s; check the addresses, "+
+				"and Config.TLS against the server's port: plain clientPort or TLS secureClientPort)", o.Name, o.Servers, ctx.Err(), last)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -103,6 +110,25 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 			"or maxSessionTimeout excludes the lease; set them to allow it, or ask for a lease within them", o.Name, granted, o.Timeout)
 	}
 	return s, nil
+}
+
+// logger keeps go-zookeeper's last log line for Open's error.
+type logger struct{ s *Session }
+
+func (l logger) Printf(format string, args ...any) {
+	l.s.mu.Lock()
+	l.s.lastLog = fmt.Sprintf(format, args...)
+	l.s.mu.Unlock()
+}
+
+// Explain adds the fix to an error that has one: a server that enforces
+// authentication answers a session without it with error -124
+// (SESSIONCLOSEDREQUIRESASLAUTH), which go-zookeeper does not name.
+func Explain(err error) error {
+	if err != nil && strings.Contains(err.Error(), "-124") {
+		return fmt.Errorf("%w: the server requires authentication: set Config.Auth (user:password, digest scheme)", err)
+	}
+	return err
 }
 
 // ACL is the ACL for the znodes a client makes: all rights to the digest
