@@ -229,7 +229,10 @@ func TestStalledHolder(t *testing.T) {
 		var waits []time.Duration
 		var last backends.Locker
 		lostFrozen := 0
-		for run := range runs {
+		for run, attempt := 0, 0; run < runs; attempt++ {
+			if attempt == 2*runs {
+				t.Fatalf("%d of %d runs void: B kept losing its own session", attempt-run, attempt)
+			}
 			p := newProxy(t)
 			a, b := newLocker(t, k, p), newLocker(t, k, nil)
 			last = b
@@ -277,6 +280,21 @@ func TestStalledHolder(t *testing.T) {
 				t.Errorf("run %d: A's late Release: %v", run, err)
 			}
 			if kids := znodes(t, obs); len(kids) != 1 {
+				select {
+				case <-lb.(backends.LossNotifier).Lost():
+					// B's own session ended (a client starved of CPU for
+					// more than two thirds of 200 ms disconnects): the
+					// run shows nothing about A's Release. Not counted.
+					t.Logf("run %d void: B lost its own session meanwhile", run)
+					waits = waits[:len(waits)-1]
+					if lostFrozen > run {
+						lostFrozen--
+					}
+					a.Close()
+					p.Close()
+					continue
+				default:
+				}
 				t.Fatalf("run %d: after A's late Release the lock's znodes are %v, want B's alone", run, kids)
 			}
 			if err := lb.Release(ctx); err != nil {
@@ -284,6 +302,7 @@ func TestStalledHolder(t *testing.T) {
 			}
 			a.Close()
 			p.Close()
+			run++
 		}
 		sorted := append([]time.Duration(nil), waits...)
 		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })

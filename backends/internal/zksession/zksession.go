@@ -53,6 +53,8 @@ type Session struct {
 	Conn *zk.Conn
 	opts Options
 
+	hosts *hosts
+
 	mu      sync.Mutex
 	lastLog string // go-zookeeper's last log line (a failed dial, handshake)
 	id      int64  // the session of the last connect response
@@ -68,9 +70,10 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 	if len(o.Servers) == 0 {
 		return nil, fmt.Errorf("%s: no server: set Config.Servers (host:port, ...)", o.Name)
 	}
-	s := &Session{opts: o, waiters: map[chan struct{}]int64{}}
+	s := &Session{opts: o, waiters: map[chan struct{}]int64{}, hosts: &hosts{}}
 	conn, _, err := zk.Connect(o.Servers, o.Timeout,
 		zk.WithDialer(s.dial),
+		zk.WithHostProvider(s.hosts),
 		zk.WithEventCallback(s.event),
 		zk.WithLogger(logger{s}),
 		zk.WithLogInfo(false))
@@ -110,6 +113,55 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 			"or maxSessionTimeout excludes the lease; set them to allow it, or ask for a lease within them", o.Name, granted, o.Timeout)
 	}
 	return s, nil
+}
+
+// hosts is go-zookeeper's host provider without its pause on the first
+// reconnection. go-zookeeper waits a second whenever the host provider says
+// it has been round every server since the last success; its
+// DNSHostProvider says so at once after a disconnection from the only
+// server, which costs a 200 ms session its life on any disconnection, even
+// one the server would have forgiven. hosts says so only after every server
+// has been tried once since the disconnection: the first attempt is
+// immediate, as in ZooKeeper's Java client, and a server that stays away
+// still gets the library's one-second pause between rounds.
+type hosts struct {
+	mu      sync.Mutex
+	servers []string
+	curr    int
+	tried   int // servers tried since the last success
+}
+
+func (h *hosts) Init(servers []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	// go-zookeeper shuffles the list before Init; no lookup here, the
+	// dialer resolves.
+	h.servers, h.curr, h.tried = append([]string(nil), servers...), -1, 0
+	return nil
+}
+
+func (h *hosts) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.servers)
+}
+
+func (h *hosts) Next() (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.curr = (h.curr + 1) % len(h.servers)
+	retryStart := h.tried >= len(h.servers)
+	if retryStart {
+		h.tried = 0
+	}
+	h.tried++
+	return h.servers[h.curr], retryStart
+}
+
+func (h *hosts) Connected() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tried = 0
 }
 
 // logger keeps go-zookeeper's last log line for Open's error.
@@ -224,6 +276,10 @@ func (s *Session) event(ev zk.Event) {
 	if ev.Type != zk.EventSession {
 		return
 	}
+	if ev.State == zk.StateExpired {
+		// The server answered: the next session is started at once.
+		s.hosts.Connected()
+	}
 	switch ev.State {
 	case zk.StateDisconnected, zk.StateExpired, zk.StateAuthFailed:
 		s.mu.Lock()
@@ -293,15 +349,29 @@ var ErrSessionGone = errors.New("the session no longer exists")
 // same client reconnecting (it drops the holder's own connection), and asks
 // to close the session. The server removes the session's ephemeral znodes
 // before it answers. It returns ErrSessionGone (wrapped) if the session had
-// already expired.
+// already ended.
+//
+// The holder's client reconnects as soon as its connection is dropped, and
+// the server then drops this one in turn: Terminate sends its connect and
+// close requests in one write, and tries again (up to five times) when its
+// connection is dropped before the answer.
 func (s *Session) Terminate(ctx context.Context, id int64, passwd []byte) error {
 	var last error
-	for _, addr := range s.opts.Servers {
-		err := s.terminateOn(ctx, addr, id, passwd)
-		if err == nil || errors.Is(err, ErrSessionGone) {
-			return err
+	for try := 0; try < 5; try++ {
+		for _, addr := range s.opts.Servers {
+			err := s.terminateOn(ctx, addr, id, passwd)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, ErrSessionGone) && try > 0:
+				return nil // closed by the try before, whose answer was lost
+			case errors.Is(err, ErrSessionGone):
+				return err
+			case ctx.Err() != nil:
+				return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			}
+			last = err
 		}
-		last = err
 	}
 	return last
 }
@@ -318,14 +388,16 @@ func (s *Session) terminateOn(ctx context.Context, addr string, id int64, passwd
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	// ConnectRequest: protocol version, last zxid seen, timeout, session
-	// id, password.
+	// id, password; then RequestHeader: xid 1, type closeSession (-11).
 	req := binary.BigEndian.AppendUint32(nil, 0)
 	req = binary.BigEndian.AppendUint64(req, 0)
 	req = binary.BigEndian.AppendUint32(req, uint32(s.opts.Timeout.Milliseconds()))
 	req = binary.BigEndian.AppendUint64(req, uint64(id))
 	req = binary.BigEndian.AppendUint32(req, uint32(len(passwd)))
 	req = append(req, passwd...)
-	if err := writeFrame(c, req); err != nil {
+	closeSession := int32(-11)
+	out := append(frame(req), frame(binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 1), uint32(closeSession)))...)
+	if _, err := c.Write(out); err != nil {
 		return err
 	}
 	resp, err := readFrame(c)
@@ -334,11 +406,6 @@ func (s *Session) terminateOn(ctx context.Context, addr string, id int64, passwd
 	}
 	if len(resp) < 16 || int64(binary.BigEndian.Uint64(resp[8:])) != id {
 		return fmt.Errorf("session 0x%x: %w", id, ErrSessionGone)
-	}
-	// RequestHeader: xid 1, type closeSession (-11).
-	closeSession := int32(-11)
-	if err := writeFrame(c, binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 1), uint32(closeSession))); err != nil {
-		return err
 	}
 	// ReplyHeader: xid, zxid, err; pings' and notifications' replies
 	// (negative xids) are skipped.
@@ -356,10 +423,8 @@ func (s *Session) terminateOn(ctx context.Context, addr string, id int64, passwd
 	}
 }
 
-func writeFrame(w io.Writer, b []byte) error {
-	_, err := w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...))
-	return err
-}
+// frame prefixes b with its length, as every ZooKeeper packet is.
+func frame(b []byte) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...) }
 
 func readFrame(r io.Reader) ([]byte, error) {
 	var h [4]byte
