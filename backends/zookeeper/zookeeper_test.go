@@ -515,3 +515,77 @@ func TestSecure(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEnsembleFailover: on a three-server ensemble, A holds the lock and the
+// leader is killed. Once a new leader serves, B gets the lock (after A's
+// session expired in the election, or A's release), and B's fence is above
+// A's: czxids stay ordered across the leader's epochs (a zxid's high 32
+// bits are the epoch).
+func TestEnsembleFailover(t *testing.T) {
+	needServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	c, err := servers.StartZooKeeperEnsemble(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	t.Logf("ensemble healthy in %v", time.Since(t0).Round(time.Millisecond))
+	mk := func() backends.Locker {
+		l, err := zookeeper.New(zookeeper.Config{Servers: c.Addrs(), Key: key(t), Lease: lease200})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	a, b := mk(), mk()
+	la, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	if err := servers.WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
+		t.Fatal(err)
+	}
+	healthy := time.Since(t1)
+	lost := false
+	select {
+	case <-la.(backends.LossNotifier).Lost():
+		lost = true
+	default:
+	}
+	if !lost {
+		// A's session survived the election: A still holds, and B
+		// waits until A releases.
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb, err := b.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("leader %s killed; healthy after %v; A's Lost fired: %v; B granted after %v",
+		leader.Name(), healthy.Round(time.Millisecond), lost, time.Since(t1).Round(time.Millisecond))
+	if lb.Fence() <= la.Fence() {
+		t.Errorf("B's fence %#x is not above A's %#x", lb.Fence(), la.Fence())
+	}
+	if lb.Fence()>>32 <= la.Fence()>>32 {
+		t.Errorf("B's fence %#x is not of a later epoch than A's %#x", lb.Fence(), la.Fence())
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.(backends.Cleaner).Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
