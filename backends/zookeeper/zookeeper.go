@@ -158,10 +158,15 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 				return nil, wrap(err)
 			}
 		}
+		// After a failed request the znode is kept: the next Children
+		// tells whether it still exists (forgetting it while the session
+		// lives would leave it in the queue, ahead of its own client).
 		children, _, err := s.Conn.Children(l.path)
 		if err != nil {
 			if zksession.Retryable(err) {
-				mine = l.forgetIfGone(s, mine)
+				if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
+					return nil, wrap(werr)
+				}
 				continue
 			}
 			return nil, wrap(err)
@@ -180,8 +185,16 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		}
 		if me == 0 {
 			ok, st, err := s.Conn.Exists(mine)
-			if err != nil || !ok {
-				mine = l.forgetIfGone(s, mine)
+			switch {
+			case err != nil && !zksession.Retryable(err):
+				return nil, wrap(err)
+			case err != nil:
+				if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
+					return nil, wrap(werr)
+				}
+				continue
+			case !ok:
+				mine = "" // the session expired since Children
 				continue
 			}
 			ls := &lease{l: l, s: s, path: mine, version: st.Version, czxid: st.Czxid, session: st.EphemeralOwner}
@@ -193,7 +206,9 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		ok, _, ch, err := s.Conn.ExistsW(prev)
 		if err != nil {
 			if zksession.Retryable(err) {
-				mine = l.forgetIfGone(s, mine)
+				if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
+					return nil, wrap(werr)
+				}
 				continue
 			}
 			return nil, wrap(err)
@@ -226,21 +241,6 @@ func (l *locker) create(s *zksession.Session) (string, error) {
 			}
 		}
 	}
-}
-
-// forgetIfGone returns "" if znode no longer exists (its session expired)
-// or cannot be checked now, else znode. An unchecked znode that still
-// exists belongs to a session that is still ours: the deferred delete in
-// Acquire, or its session's end, removes it.
-func (l *locker) forgetIfGone(s *zksession.Session, znode string) string {
-	if znode == "" {
-		return ""
-	}
-	ok, _, err := s.Conn.Exists(znode)
-	if err != nil || !ok {
-		return ""
-	}
-	return znode
 }
 
 // seq is a sequence znode's counter: its last ten digits ("_c_<guid>-lock-"

@@ -589,3 +589,53 @@ func TestEnsembleFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWaiterReconnects: a waiter's connection is cut and healed at once,
+// within its session; it reconnects to the same session, is granted when
+// the holder releases, and leaves no znode behind it in the queue.
+func TestWaiterReconnects(t *testing.T) {
+	forEach(t, func(t *testing.T, k kind) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p := newProxy(t)
+		a, b := newLocker(t, k, nil), newLocker(t, k, p)
+		la, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan backends.Lease, 1)
+		errc := make(chan error, 1)
+		go func() {
+			lb, err := b.Acquire(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- lb
+		}()
+		obs := observer(t)
+		for len(znodes(t, obs)) < 2 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		p.Cut()
+		p.Heal()
+		time.Sleep(2 * lease200)
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case lb := <-got:
+			if kids := znodes(t, obs); len(kids) != 1 {
+				t.Errorf("znodes while B holds: %v, want B's alone", kids)
+			}
+			if err := lb.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case err := <-errc:
+			t.Fatalf("B's Acquire: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("B not granted within 10 s of A's release")
+		}
+		cleanup(t, b)
+	})
+}
