@@ -10,7 +10,10 @@
 // slow holder keeps its lock; a holder whose process or network stalls
 // sends nothing, the server expires its session on the first tick after the
 // timeout and deletes its znode, and the next client's watch fires. The
-// holder learns of it only when it reaches the server again (Lost).
+// client learns that its session expired only when it reaches the server
+// again; Lost fires earlier, when the client drops its connection (two
+// thirds of the session without an answer), since from then on the holder
+// cannot know that its znode still exists.
 //
 // The fencing token is the holder's znode's Czxid, the transaction id that
 // created it: zxids are one counter for the whole ensemble, and a later
@@ -58,7 +61,8 @@ type Config struct {
 	// Lease is the session timeout. The server must grant exactly this:
 	// it clamps timeouts to [minSessionTimeout, maxSessionTimeout]
 	// (default 2 and 20 × tickTime), and Acquire fails when the lease is
-	// outside. Default 1s.
+	// outside (a server with the default tickTime of 2 s refuses leases
+	// below 4 s). Default 1s.
 	Lease time.Duration
 	_     struct{}
 }

@@ -107,7 +107,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 	s.mu.Lock()
 	granted := s.granted
 	s.mu.Unlock()
-	if granted != o.Timeout {
+	if granted != o.Timeout.Truncate(time.Millisecond) { // sent in whole milliseconds
 		conn.Close()
 		return nil, fmt.Errorf("%s: the server grants a session timeout of %v, not the lease %v: its minSessionTimeout (default 2 × tickTime) "+
 			"or maxSessionTimeout excludes the lease; set them to allow it, or ask for a lease within them", o.Name, granted, o.Timeout)
