@@ -10,6 +10,9 @@
 #   - libfaketime (apt faketime), so that the clock-jump scenario can move
 #     the harness's redis-server's wall clock mid-run
 #   - chromium (apt), for the test that opens the HTML timelines headless
+#   - ZooKeeper 3.8 (apt zookeeper, with Java 17), for the zookeeper and
+#     zk-lock backends and the zookeeper-ensemble; the harness runs the
+#     server's jar with java itself (no service is started)
 #   - Consul 1.13.9, built from source with `go build` from the tools module in
 #     harness/consulbuild (about 7 minutes the first time) and cached at
 #     ${XDG_CACHE_HOME:-~/.cache}/locksuite/consul-1.13.9
@@ -78,6 +81,12 @@ fi
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
   echo "ci/setup.sh: installing chromium"
   apt_install chromium
+fi
+
+if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
+  echo "ci/setup.sh: installing zookeeper"
+  # Recommends would pull in the zookeeperd service; the harness needs none.
+  apt_install zookeeper
 fi
 
 consul_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/consul-1.13.9"

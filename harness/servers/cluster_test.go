@@ -38,6 +38,13 @@ func TestClusters(t *testing.T) {
 			}
 			return c, c.dir, pids, nil
 		}},
+		{"zookeeper-ensemble", func(ctx context.Context) (Cluster, string, []int, error) {
+			c, err := StartZooKeeperEnsemble(ctx, 3)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			return c, c.dir, nil, nil
+		}},
 		{"consul-cluster", func(ctx context.Context) (Cluster, string, []int, error) {
 			c, err := StartConsulCluster(ctx, 3)
 			if err != nil {

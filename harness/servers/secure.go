@@ -30,7 +30,8 @@ type options struct {
 // up at random for this server (see Secrets): a Redis ACL user (the default
 // user is off), a Postgres role with a SCRAM password (pg_hba: scram-sha-256
 // only), etcd's root user with auth enabled, Consul's ACLs with default
-// policy deny and an initial management token.
+// policy deny and an initial management token, ZooKeeper's enforced digest
+// authentication with a user "locksuite".
 func WithAuth() Option { return func(o *options) { o.auth = true } }
 
 // WithTLS makes the server take TLS connections only, with a certificate for
@@ -38,7 +39,7 @@ func WithAuth() Option { return func(o *options) { o.auth = true } }
 // its temporary directory (see Secrets): Redis on its tls-port only,
 // Postgres with ssl = on and hostssl lines only, etcd on an https client URL
 // (client certificates accepted, not required), Consul on its HTTPS port
-// only.
+// only, ZooKeeper on a secureClientPort only.
 func WithTLS() Option { return func(o *options) { o.tls = true } }
 
 func apply(opts []Option) options {
@@ -54,7 +55,8 @@ func apply(opts []Option) options {
 // on Stop.
 type Secrets struct {
 	// User and Password: the Redis ACL user, the Postgres role, the etcd
-	// user ("root"). Empty without WithAuth (Consul has none).
+	// user ("root"), the ZooKeeper digest user. Empty without WithAuth
+	// (Consul has none).
 	User, Password string
 	// Token is Consul's initial management token. Empty otherwise.
 	Token string

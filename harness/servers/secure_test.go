@@ -3,10 +3,15 @@ package servers
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
+	"log"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
@@ -120,6 +125,53 @@ func TestStartSecured(t *testing.T) {
 			{"no token", put(s.URL(), ""), "Permission denied"},
 			{"wrong token", put(s.URL(), "00000000-0000-4000-8000-000000000000"), "ACL not found"},
 			{"no TLS", put("http://"+s.Endpoint(), sec.Token), "HTTP request to an HTTPS server"},
+		})
+	})
+	t.Run("zookeeper", func(t *testing.T) {
+		s, err := StartZooKeeper(ctx, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
+		sec := s.Secrets()
+		tc, err := sec.ClientTLS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// create opens a session (over TLS if tc), authenticates as
+		// user:password if given, and creates a znode. The digest scheme
+		// takes any password: the server enforces that a session
+		// authenticates, the znodes' ACLs decide who may touch them.
+		create := func(tc *tls.Config, auth string) error {
+			dial := func(network, addr string, timeout time.Duration) (net.Conn, error) {
+				d := &net.Dialer{Timeout: timeout}
+				if tc == nil {
+					return d.Dial(network, addr)
+				}
+				return tls.DialWithDialer(d, network, addr, tc)
+			}
+			c, _, err := zk.Connect([]string{s.Endpoint()}, time.Second, zk.WithDialer(dial), zk.WithLogger(log.New(io.Discard, "", 0)))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for deadline := time.Now().Add(2 * time.Second); c.State() != zk.StateHasSession; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("no session in 2 s (state %v)", c.State())
+				}
+			}
+			if auth != "" {
+				if err := c.AddAuth("digest", []byte(auth)); err != nil {
+					return err
+				}
+			}
+			_, err = c.Create("/locksuite-probe", nil, zk.FlagEphemeral, zk.DigestACL(zk.PermAll, sec.User, sec.Password))
+			return err
+		}
+		report(t, []attempt{
+			{"secrets", create(tc, sec.User+":"+sec.Password), ""},
+			{"no auth", create(tc, ""), "-124"},
+			{"no TLS", create(nil, sec.User+":"+sec.Password), "no session"},
 		})
 	})
 }

@@ -29,6 +29,7 @@ func TestStartStop(t *testing.T) {
 		{"redis", func(ctx context.Context) (started, error) { return StartRedis(ctx) }, func(s Server) string { return s.(*Redis).p.dir }},
 		{"postgres", func(ctx context.Context) (started, error) { return StartPostgres(ctx) }, func(s Server) string { return s.(*Postgres).p.dir }},
 		{"consul", func(ctx context.Context) (started, error) { return StartConsul(ctx) }, func(s Server) string { return s.(*Consul).p.dir }},
+		{"zookeeper", func(ctx context.Context) (started, error) { return StartZooKeeper(ctx) }, func(s Server) string { return s.(*ZooKeeper).p.dir }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

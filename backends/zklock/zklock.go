@@ -1,0 +1,209 @@
+// Package zklock is the locksuite adapter for go-zookeeper/zk's own lock,
+// used as the library ships it: zk.NewLock on the client's connection,
+// Lock.Lock (the documented recipe: a protected ephemeral sequential znode
+// "lock-N" under the lock's path, the lowest holds, each waiter watches its
+// predecessor) and Lock.Unlock (deletes that znode). The lease is the
+// connection's session timeout, renewed by the library's pings while the
+// holder runs.
+//
+// What the library offers as a fence: nothing. Lock keeps its znode's path
+// and sequence number in unexported fields and returns only an error, so a
+// holder cannot learn which grant it holds; Lease.Fence is 0 and the
+// suite's fenced specs are skipped. (Had it exposed the sequence number, it
+// would do: a parent's sequence counter only grows, so a later grant's
+// znode has a higher one.)
+//
+// Lock takes no context and returns only when it holds the lock or a
+// request fails. Each Acquire runs it in a goroutine and returns when ctx is
+// done; an abandoned Lock that succeeds later is unlocked at once. The
+// library leaves its znode behind when Lock fails after creating it (a
+// connection lost while it waits): that znode stays in the queue, ahead of
+// the client's next try, for as long as the session lives. So after a
+// failed Lock this adapter ends the session (the server deletes the znode)
+// and opens a new one for the next attempt, as a careful user would.
+package zklock
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/zksession"
+)
+
+// Config describes one client of one zk.Lock.
+type Config struct {
+	// Servers are the ensemble's host:port addresses. Required.
+	Servers []string
+	// Dial, if not nil, makes every connection to the servers (through
+	// zk.WithDialer). Default: a plain TCP dial.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// TLS, if not nil, wraps every connection in TLS with this
+	// configuration. Default nil: plain.
+	TLS *tls.Config
+	// Auth, if not empty, is "user:password": the session authenticates
+	// with the digest scheme and the lock's znodes get all rights for that
+	// user only (the acl argument of zk.NewLock). Default: world:anyone.
+	Auth string
+	// Key names the lock: its znode is "/" + Key, which zk.NewLock takes
+	// as the path that only this lock uses. Required.
+	Key string
+	// Lease is the session timeout; the server must grant exactly this
+	// (see the zookeeper adapter). Default 1s.
+	Lease time.Duration
+	_     struct{}
+}
+
+type locker struct {
+	c    *zksession.Client
+	path string
+	acl  []zk.ACL
+}
+
+var (
+	_ backends.Locker       = (*locker)(nil)
+	_ backends.Cleaner      = (*locker)(nil)
+	_ backends.LossNotifier = (*lease)(nil)
+	_ backends.Terminator   = (*lease)(nil)
+)
+
+// New returns a Locker for cfg. It connects at the first Acquire.
+func New(cfg Config) (backends.Locker, error) {
+	path, err := zksession.LockPath("zk-lock", cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = time.Second
+	}
+	o := zksession.Options{Servers: cfg.Servers, Timeout: cfg.Lease, Dial: cfg.Dial, TLS: cfg.TLS, Auth: cfg.Auth, Name: "zk-lock"}
+	c, err := zksession.NewClient(o)
+	if err != nil {
+		return nil, err
+	}
+	return &locker{c: c, path: path, acl: o.ACL()}, nil
+}
+
+func (l *locker) TTL() time.Duration { return l.c.Options().Timeout }
+
+// Expiry: as the zookeeper adapter's, the lease and at most one tick (half
+// the lease at minSessionTimeout's default of 2 ticks).
+func (l *locker) Expiry() time.Duration { return l.c.Options().Timeout * 3 / 2 }
+
+// Acquire runs Lock on a new zk.Lock until it holds the lock or ctx is
+// done. A Lock that fails ends the session (its znode goes with it) and is
+// tried again on a new one.
+func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
+	for {
+		s, err := l.c.Session(ctx)
+		if err != nil {
+			if errors.Is(err, backends.ErrClosed) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.path, err)
+		}
+		lk := zk.NewLock(s.Conn, l.path, l.acl)
+		done := make(chan error, 1)
+		go func() { done <- lk.Lock() }()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			go func() {
+				if <-done == nil {
+					_ = lk.Unlock()
+				}
+			}()
+			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.path, ctx.Err())
+		}
+		if err == nil {
+			id := s.Current()
+			return &lease{l: l, s: s, lk: lk, session: id, lost: s.Watch(id)}, nil
+		}
+		if l.c.Closed() {
+			return nil, backends.ErrClosed
+		}
+		l.c.Drop(s)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("zk-lock: acquire %s: %w (Lock: %v)", l.path, ctx.Err(), err)
+		}
+		if !retryable(err) {
+			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.path, zksession.Explain(err))
+		}
+	}
+}
+
+// retryable: Lock failed with the connection or the session.
+func retryable(err error) bool { return zksession.Retryable(err) || errors.Is(err, zk.ErrClosing) }
+
+// Close ends the session: the server deletes its znodes at once.
+func (l *locker) Close() error { return l.c.Close() }
+
+// Cleanup deletes the lock's znode and then each parent, stopping at the
+// first that is not empty or not there (zk.Lock creates the parents and
+// never removes them).
+func (l *locker) Cleanup(ctx context.Context) error {
+	s, err := l.c.Session(ctx)
+	if err == nil {
+		err = s.RemoveEmpty(l.path)
+	}
+	if err != nil {
+		return fmt.Errorf("zk-lock: cleanup %s: %w", l.path, err)
+	}
+	return nil
+}
+
+type lease struct {
+	l       *locker
+	s       *zksession.Session
+	lk      *zk.Lock
+	session int64
+	lost    <-chan struct{}
+
+	mu       sync.Mutex
+	released bool
+}
+
+// Fence is 0: zk.Lock does not tell its holder which znode it holds.
+func (ls *lease) Fence() uint64         { return 0 }
+func (ls *lease) Lost() <-chan struct{} { return ls.lost }
+
+// Release is Lock.Unlock: it deletes the lock's znode by its path (version
+// -1, but a sequence znode's path is never reused, so it cannot delete
+// another grant's). A znode already gone (zk.ErrNoNode) or a session that
+// ended (the znode went with it) is no error. While the client reconnects,
+// Release tries again until ctx is done.
+func (ls *lease) Release(ctx context.Context) error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.released {
+		return nil
+	}
+	unlock := func() error {
+		if err := ls.lk.Unlock(); !errors.Is(err, zk.ErrNotLocked) {
+			return err
+		}
+		return nil
+	}
+	if err := ls.s.Release(ctx, ls.session, unlock); err != nil {
+		return fmt.Errorf("zk-lock: release %s: %w", ls.l.path, err)
+	}
+	ls.released = true
+	ls.s.Forget(ls.lost)
+	return nil
+}
+
+// Terminate ends the holder's session from a connection of its own, as the
+// zookeeper adapter's does.
+func (ls *lease) Terminate(ctx context.Context) error {
+	if err := ls.s.End(ctx, ls.session); err != nil {
+		return fmt.Errorf("zk-lock: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,439 @@
+package servers
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// zkJars: the harness runs Debian's ZooKeeper (package zookeeper, 3.8) as a plain java
+// process: the server's jar, whose manifest names its dependencies in
+// /usr/share/java, and slf4j-simple for a log on stderr. Running java
+// directly, not zkServer.sh, makes the server the single process of its
+// process group, so that SIGSTOP (a Member's Stop) freezes the server itself
+// and Stop leaves nothing behind.
+// Debian's manifest omits netty-codec and netty-resolver, which the Netty
+// connection factory of the TLS port needs.
+var zkJars = []string{
+	"/usr/share/java/zookeeper.jar",
+	"/usr/share/java/slf4j-simple.jar",
+	"/usr/share/java/netty-codec.jar",
+	"/usr/share/java/netty-resolver.jar",
+}
+
+// ZooKeeperTick is the tickTime of the servers the harness starts. A session
+// expires on the first tick boundary after its timeout has passed, so a
+// stalled session is freed between its timeout and its timeout plus one tick
+// after its last message; the shortest session the server allows is
+// minSessionTimeout, set to 2 × tickTime, ZooKeeper's default ratio.
+const ZooKeeperTick = 100 * time.Millisecond
+
+// zkInstall is the fix for a missing ZooKeeper.
+const zkInstall = "install ZooKeeper (apt-get install zookeeper, or run ci/setup.sh), or name a server with ZOOKEEPER_ADDRS"
+
+// zkCommand is the argv that runs the server with configuration file cfg.
+func zkCommand(cfg string) ([]string, error) {
+	java, err := lookPath("java")
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range zkJars {
+		if _, err := os.Stat(f); err != nil {
+			return nil, err
+		}
+	}
+	return []string{java,
+		// A small heap and the serial collector: a throwaway server on a
+		// shared machine; no JIT beyond C1, which starts faster.
+		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+		"-Dzookeeper.jmx.log4j.disable=true",
+		"-cp", strings.Join(zkJars, ":"),
+		"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg}, nil
+}
+
+// zkConfig is the configuration every harness server shares: the short tick
+// and the session floor, no admin server (it would take port 8080), and the
+// four-letter words the harness asks (srvr for the mode, mntr for the
+// leader's synced followers, conf, ruok).
+func zkConfig(dataDir string, clientPort int, extra ...string) string {
+	port := []string{"clientPort=" + strconv.Itoa(clientPort), "clientPortAddress=127.0.0.1"}
+	if clientPort == 0 {
+		port = nil // TLS only: the secure port is in extra
+	}
+	lines := append(append([]string{
+		"tickTime=" + strconv.FormatInt(ZooKeeperTick.Milliseconds(), 10),
+		"minSessionTimeout=" + strconv.FormatInt(2*ZooKeeperTick.Milliseconds(), 10),
+		"maxSessionTimeout=60000",
+		"initLimit=20",
+		"syncLimit=5",
+		"dataDir=" + dataDir,
+		"admin.enableServer=false",
+		"4lw.commands.whitelist=srvr,mntr,conf,ruok",
+		"forceSync=no",
+		"autopurge.purgeInterval=0",
+	}, port...), extra...)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// FourLetterWord sends one of ZooKeeper's four-letter commands (srvr, mntr,
+// ruok, ...) to addr and returns the server's whole answer. The server must
+// allow the command (4lw.commands.whitelist; the harness's servers allow
+// srvr, mntr, conf and ruok).
+func FourLetterWord(ctx context.Context, addr, cmd string) (string, error) {
+	return fourLetterWord(ctx, addr, cmd, nil)
+}
+
+// fourLetterWord is FourLetterWord over TLS when cfg is not nil.
+func fourLetterWord(ctx context.Context, addr, cmd string, cfg *tls.Config) (string, error) {
+	var c net.Conn
+	var err error
+	if cfg != nil {
+		d := tls.Dialer{Config: cfg}
+		c, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	} else {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	}
+	if _, err := io.WriteString(c, cmd); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return "", err
+	}
+	s := string(b)
+	if strings.Contains(s, "is not executed because it is not in the whitelist") {
+		return "", fmt.Errorf("%s: %s", addr, strings.TrimSpace(s))
+	}
+	return s, nil
+}
+
+// zkMode is the server's mode from srvr: "standalone", "leader" or
+// "follower", or an error while it does not serve (it is electing, or
+// loading).
+func zkMode(ctx context.Context, addr string, cfg *tls.Config) (string, error) {
+	s, err := fourLetterWord(ctx, addr, "srvr", cfg)
+	if err != nil {
+		return "", err
+	}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if m, ok := strings.CutPrefix(sc.Text(), "Mode: "); ok {
+			return strings.TrimSpace(m), nil
+		}
+	}
+	return "", fmt.Errorf("%s does not serve: %s", addr, strings.TrimSpace(s))
+}
+
+// ZooKeeper is a standalone ZooKeeper server started by StartZooKeeper.
+type ZooKeeper struct {
+	p       *proc
+	addr    string
+	secrets Secrets
+	once    sync.Once
+}
+
+func (s *ZooKeeper) Name() string { return "zookeeper" }
+
+// Endpoint is the client port's host:port (WithTLS, the secure port's).
+func (s *ZooKeeper) Endpoint() string { return s.addr }
+
+// Secrets are the digest user and password (WithAuth) and the test CA and
+// a client certificate (WithTLS).
+func (s *ZooKeeper) Secrets() Secrets { return s.secrets }
+
+// Log is the server's log file, in the directory Stop removes: copy it
+// before Stop to keep it.
+func (s *ZooKeeper) Log() string { return s.p.log }
+
+// Pid is the server's process id (the java process; its process group has
+// no other member).
+func (s *ZooKeeper) Pid() int { return s.p.Pid() }
+
+// StartZooKeeper starts a standalone ZooKeeper server (Debian's package,
+// run as described at zkJars) on a free loopback port, with its data in a
+// temporary directory, tickTime 100 ms and minSessionTimeout 200 ms (see
+// ZooKeeperTick), and waits until it serves (srvr reports its mode).
+//
+// WithAuth makes the server refuse every request of a session that has not
+// authenticated with the digest scheme (enforce.auth.schemes=digest), and
+// makes up a user "locksuite" with a random password (Secrets) for the
+// clients. The digest scheme accepts any user and password: what it
+// protects is the znodes whose ACL names that user (the adapters' ACLs), not
+// the server. WithTLS replaces the plain port by a secureClientPort (the
+// Netty connection factory) with a certificate of the test CA; client
+// certificates are accepted, not required.
+func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
+	o := apply(opts)
+	fail := func(err error, fix string) error { return &Unavailable{"zookeeper", err, fix} }
+	port, err := FreePort()
+	if err != nil {
+		return nil, fail(err, "free a loopback port")
+	}
+	dir, err := TempDir("", "locksuite-zookeeper-")
+	if err != nil {
+		return nil, fail(err, "a writable temporary directory")
+	}
+	s := &ZooKeeper{addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	var extra []string
+	if o.auth {
+		s.secrets.User, s.secrets.Password = "locksuite", randomSecret()
+		extra = append(extra, "enforce.auth.enabled=true", "enforce.auth.schemes=digest")
+	}
+	plain := port
+	var probeTLS *tls.Config
+	if o.tls {
+		certs, err := newPKI(dir, -1, -1)
+		if err == nil {
+			err = zkKeyStore(certs, filepath.Join(dir, "server.pem"))
+		}
+		if err == nil {
+			certs.secrets(&s.secrets)
+			probeTLS, err = s.secrets.ClientTLS()
+		}
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fail(err, "a writable temporary directory")
+		}
+		plain = 0
+		extra = append(extra, "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+			"secureClientPort="+strconv.Itoa(port), "secureClientPortAddress=127.0.0.1",
+			"ssl.keyStore.location="+filepath.Join(dir, "server.pem"), "ssl.keyStore.type=PEM",
+			"ssl.trustStore.location="+certs.ca, "ssl.trustStore.type=PEM", "ssl.clientAuth=want")
+	}
+	cfg := filepath.Join(dir, "zoo.cfg")
+	err = os.WriteFile(cfg, []byte(zkConfig(filepath.Join(dir, "data"), plain, extra...)), 0o600)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fail(err, "a writable temporary directory")
+	}
+	argv, err := zkCommand(cfg)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fail(err, zkInstall)
+	}
+	p, err := startProc("zookeeper", dir, nil, argv...)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fail(err, "check that "+argv[0]+" runs")
+	}
+	s.p = p
+	err = waitReady(ctx, p, 30*time.Second, func(ctx context.Context) error {
+		m, err := zkMode(ctx, s.addr, probeTLS)
+		if err == nil && m != "standalone" {
+			err = fmt.Errorf("mode %q, want standalone", m)
+		}
+		return err
+	})
+	if err != nil {
+		s.Stop()
+		return nil, fail(err, "see the log above")
+	}
+	return s, nil
+}
+
+// zkKeyStore writes the server's key and certificate into one PEM file, the
+// form ZooKeeper's PEM key store reads.
+func zkKeyStore(certs *pki, path string) error {
+	key, err := os.ReadFile(certs.serverKey)
+	if err != nil {
+		return err
+	}
+	cert, err := os.ReadFile(certs.serverCert)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(key, cert...), 0o600)
+}
+
+// Stop ends the server (SIGTERM, SIGKILL after 3 s) and removes its
+// directory.
+func (s *ZooKeeper) Stop() error {
+	s.once.Do(func() {
+		s.p.stop(syscall.SIGTERM, 3*time.Second)
+		os.RemoveAll(s.p.dir)
+	})
+	return nil
+}
+
+// ZooKeeperEnsemble is a ZooKeeper ensemble of three (or n) servers, each
+// its own process with its own ports and data directory, started by
+// StartZooKeeperEnsemble.
+type ZooKeeperEnsemble struct {
+	dir     string
+	members []*Member
+	once    sync.Once
+}
+
+func (s *ZooKeeperEnsemble) Name() string { return "zookeeper-ensemble" }
+
+// Endpoint is every server's client address, comma-separated (the form of
+// a ZooKeeper connect string without a chroot).
+func (s *ZooKeeperEnsemble) Endpoint() string { return strings.Join(s.Addrs(), ",") }
+
+// Addrs are the servers' client addresses.
+func (s *ZooKeeperEnsemble) Addrs() []string {
+	var out []string
+	for _, m := range s.members {
+		out = append(out, m.addr)
+	}
+	return out
+}
+
+func (s *ZooKeeperEnsemble) Members() []*Member { return s.members }
+
+// StartZooKeeperEnsemble starts n ZooKeeper servers (three for the failover
+// scenario) on free loopback ports, configured as StartZooKeeper's server is
+// (tickTime 100 ms: a follower gives up on a silent leader after syncLimit,
+// 5 ticks), and waits until they have elected a leader that every server
+// follows.
+func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, error) {
+	fail := func(err error, fix string) error { return &Unavailable{"zookeeper-ensemble", err, fix} }
+	if n < 1 {
+		return nil, fail(fmt.Errorf("%d servers", n), "ask for at least one (three for failover)")
+	}
+	ports, err := freePorts(3 * n)
+	if err != nil {
+		return nil, fail(err, "free loopback ports")
+	}
+	dir, err := TempDir("", "locksuite-zookeeper-ensemble-")
+	if err != nil {
+		return nil, fail(err, "a writable temporary directory")
+	}
+	s := &ZooKeeperEnsemble{dir: dir}
+	var peers []string
+	for i := range n {
+		peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
+	}
+	for i := range n {
+		name := fmt.Sprintf("zookeeper-%d", i+1)
+		mdir := filepath.Join(dir, name)
+		data := filepath.Join(mdir, "data")
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			s.Stop()
+			return nil, fail(err, "a writable temporary directory")
+		}
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o600); err != nil {
+			s.Stop()
+			return nil, fail(err, "a writable temporary directory")
+		}
+		cfg := filepath.Join(mdir, "zoo.cfg")
+		if err := os.WriteFile(cfg, []byte(zkConfig(data, ports[3*i], peers...)), 0o600); err != nil {
+			s.Stop()
+			return nil, fail(err, "a writable temporary directory")
+		}
+		argv, err := zkCommand(cfg)
+		if err != nil {
+			s.Stop()
+			return nil, fail(err, zkInstall)
+		}
+		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), dir: mdir}
+		m.start = func() (*proc, error) { return startMemberProc(name, mdir, nil, argv...) }
+		if err := m.run(); err != nil {
+			s.Stop()
+			return nil, fail(err, "check that "+argv[0]+" runs")
+		}
+		s.members = append(s.members, m)
+	}
+	if err := WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+		s.Stop()
+		return nil, fail(err, "see the servers' logs above")
+	}
+	return s, nil
+}
+
+// status asks every running server for its mode (srvr) and returns the one
+// leader, after checking that every other running server follows and that
+// the leader counts each of them as a synced follower (mntr).
+func (s *ZooKeeperEnsemble) status(ctx context.Context) (*Member, error) {
+	ms, err := running(s.members)
+	if err != nil {
+		return nil, err
+	}
+	var leader *Member
+	for _, m := range ms {
+		mode, err := zkMode(ctx, m.addr, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		switch mode {
+		case "leader":
+			if leader != nil {
+				return nil, fmt.Errorf("%s and %s both lead", leader.name, m.name)
+			}
+			leader = m
+		case "follower":
+		default:
+			return nil, fmt.Errorf("%s is in mode %q", m.name, mode)
+		}
+	}
+	if leader == nil {
+		return nil, errors.New("no running server leads")
+	}
+	if len(ms) > 1 {
+		st, err := FourLetterWord(ctx, leader.addr, "mntr")
+		if err != nil {
+			return nil, fmt.Errorf("%s: mntr: %w", leader.name, err)
+		}
+		synced := -1
+		for _, line := range strings.Split(st, "\n") {
+			if v, ok := strings.CutPrefix(line, "zk_synced_followers\t"); ok {
+				synced, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+		}
+		if synced < len(ms)-1 {
+			return nil, fmt.Errorf("the leader %s has %d synced followers, want the %d running ones", leader.name, synced, len(ms)-1)
+		}
+	}
+	return leader, nil
+}
+
+// Healthy: every running server serves, exactly one leads, the others
+// follow, and the leader has every running follower in sync.
+func (s *ZooKeeperEnsemble) Healthy(ctx context.Context) error {
+	_, err := s.status(ctx)
+	return err
+}
+
+func (s *ZooKeeperEnsemble) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
+
+func (s *ZooKeeperEnsemble) Restart(ctx context.Context) error {
+	if err := restartKilled(s.members); err != nil {
+		return err
+	}
+	return WaitHealthy(ctx, 60*time.Second, s.Healthy)
+}
+
+// Stop ends every server and removes the ensemble's directory.
+func (s *ZooKeeperEnsemble) Stop() error {
+	s.once.Do(func() {
+		for _, m := range s.members {
+			m.end(syscall.SIGTERM, 3*time.Second)
+		}
+		os.RemoveAll(s.dir)
+	})
+	return nil
+}
