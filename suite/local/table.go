@@ -15,6 +15,8 @@ import (
 	"github.com/locksuite/locksuite/backends/postgres"
 	"github.com/locksuite/locksuite/backends/redis"
 	"github.com/locksuite/locksuite/backends/redsync"
+	"github.com/locksuite/locksuite/backends/zklock"
+	"github.com/locksuite/locksuite/backends/zookeeper"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -137,6 +139,15 @@ func table() []backend {
 		// Embedded in this process: no member to stop or to move.
 		servers: func(sv *service, s servers.Server) suite.Servers { return &single{svc: sv, s: s} },
 	}
+	zookeeperSvc := &service{
+		// tickTime 100 ms, minSessionTimeout 200 ms on the harness's server;
+		// a stalled session is freed within a tick of its timeout.
+		name: "zookeeper", lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
+		vars:    []string{"ZOOKEEPER_ADDRS"},
+		start:   func(ctx context.Context) (servers.Server, error) { return servers.StartZooKeeper(ctx) },
+		probe:   probeZooKeeper,
+		servers: oneProcess("zookeeper", noClockZooKeeper),
+	}
 	redis3Svc := &service{
 		name: "redis-3", lease: redisSvc.lease, pause: redisSvc.pause, duration: redisSvc.duration,
 		vars:  []string{"LOCKSUITE_REDIS_NODES"},
@@ -158,6 +169,8 @@ func table() []backend {
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartEtcdCluster(ctx, 3) })
 	consulCluster := clusterOf("consul-cluster", "LOCKSUITE_CONSUL_CLUSTER", consulSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartConsulCluster(ctx, 3) })
+	zookeeperEnsemble := clusterOf("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperSvc,
+		func(ctx context.Context) (servers.Cluster, error) { return servers.StartZooKeeperEnsemble(ctx, 3) })
 	redisSentinel := clusterOf("redis-sentinel", "LOCKSUITE_REDIS_SENTINEL", redisSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartRedisSentinel(ctx) })
 
@@ -177,6 +190,7 @@ func table() []backend {
 			}
 			return redis.New(redis.Config{Addr: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 		}},
+		{name: "zookeeper", kind: adapter, on: zookeeperSvc, newLocker: newZooKeeper},
 
 		// The library adapters take no TLS settings: against servers named
 		// with TLS variables, use the four adapters.
@@ -203,6 +217,9 @@ func table() []backend {
 		}},
 		{name: "redsync", kind: library, on: redisSvc, newLocker: newRedsync},
 		{name: "redsync-3", kind: library, on: redis3Svc, newLocker: newRedsync},
+		{name: "zk-lock", kind: library, on: zookeeperSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			return zklock.New(zklock.Config{Servers: c.addrs(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		}},
 
 		// Every connection of a cluster's client goes through cl.Dial, so
 		// the suite's fault path stalls or cuts the client's whole lock
@@ -213,6 +230,7 @@ func table() []backend {
 		{name: "etcd-cluster", kind: cluster, on: etcdCluster, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 			return etcd.New(etcd.Config{Endpoints: c.addrs(), Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
 		}},
+		{name: "zookeeper-ensemble", kind: cluster, on: zookeeperEnsemble, newLocker: newZooKeeper},
 		{name: "redis-sentinel", kind: cluster, on: redisSentinel, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 			// go-redis dials the sentinels and whatever primary they name.
 			return redis.New(redis.Config{SentinelAddrs: c.addrs(), MasterName: servers.SentinelMaster, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
@@ -227,6 +245,24 @@ const consulLockDelay = 200 * time.Millisecond
 
 func newRedsync(c *conn, cl suite.Client) (backends.Locker, error) {
 	return redsync.New(redsync.Config{Addrs: c.addrs(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+}
+
+func newZooKeeper(c *conn, cl suite.Client) (backends.Locker, error) {
+	return zookeeper.New(zookeeper.Config{Servers: c.addrs(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+}
+
+// probeZooKeeper asks every server whether it runs (ruok).
+func probeZooKeeper(ctx context.Context, c *conn) error {
+	for _, a := range c.addrs() {
+		out, err := servers.FourLetterWord(ctx, a, "ruok")
+		if err != nil {
+			return fmt.Errorf("%s: %w", a, err)
+		}
+		if !strings.Contains(out, "imok") {
+			return fmt.Errorf("%s answers ruok with %q, not imok (allow the command: 4lw.commands.whitelist=ruok,srvr)", a, out)
+		}
+	}
+	return nil
 }
 
 // lookup returns the backend named n.
