@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/keepalive"
 	"github.com/locksuite/locksuite/backends/internal/retry"
 )
 
@@ -197,9 +198,8 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		conn.Close(context.Background())
 		return nil, wrap(err)
 	}
-	kctx, stop := context.WithCancel(context.Background())
-	s := &lease{l: l, conn: conn, fence: fence, stop: stop, done: make(chan struct{}), lost: make(chan struct{})}
-	go s.keepAlive(kctx)
+	s := &lease{l: l, conn: conn, fence: fence}
+	s.keep = keepalive.Start(l.lease/3, s.ping)
 	return s, nil
 }
 
@@ -226,45 +226,27 @@ type lease struct {
 	mu       sync.Mutex // serializes use of conn
 	conn     *pgx.Conn
 	fence    uint64
-	stop     context.CancelFunc
-	done     chan struct{}
-	lost     chan struct{}
-	lostOnce sync.Once
+	keep     *keepalive.Loop
 	released bool
 }
 
 func (s *lease) Fence() uint64         { return s.fence }
-func (s *lease) Lost() <-chan struct{} { return s.lost }
-func (s *lease) markLost()             { s.lostOnce.Do(func() { close(s.lost) }) }
+func (s *lease) Lost() <-chan struct{} { return s.keep.Lost() }
 
-// keepAlive sends a query every lease/3 so the session is never idle for
-// the timeout while the holder's process runs.
-func (s *lease) keepAlive(ctx context.Context) {
-	defer close(s.done)
-	t := time.NewTicker(s.l.lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.mu.Lock()
-		_, err := s.conn.Exec(ctx, "SELECT 1")
-		s.mu.Unlock()
-		if err != nil && ctx.Err() == nil {
-			s.markLost()
-			return
-		}
-	}
+// ping is the keep-alive, every lease/3, so that the session is never
+// idle for the timeout while the holder's process runs.
+func (s *lease) ping(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.conn.Exec(ctx, "SELECT 1")
+	return err
 }
 
 // Release unlocks only this session's lock (an advisory lock belongs to its
 // session), then closes the session. If the server already ended the session
 // (idle_session_timeout), the lock went with it and Release returns nil.
 func (s *lease) Release(ctx context.Context) error {
-	s.stop()
-	<-s.done
+	s.keep.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {
