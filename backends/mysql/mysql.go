@@ -188,12 +188,18 @@ func redact(err error, mc *mysql.Config) string {
 
 func (l *locker) TTL() time.Duration { return l.lease }
 
-// Expiry is the lease: the server ends the idle session wait_timeout after
-// its last command (MariaDB 10.11, a 1 s lease, ten frozen holders: the lock
-// was free 1.002 s to 1.007 s after the holder's last command; see the
-// README).
-func (l *locker) Expiry() time.Duration { return l.lease }
-func (l *locker) Renews() bool          { return true }
+// Expiry is the lease and a margin: the server ends the idle session
+// wait_timeout after it has answered the session's last command, which is
+// a round trip and a thread wake-up after the client sent it (MariaDB
+// 10.11, a 1 s lease, ten frozen holders: the lock was free 1.002 s to
+// 1.011 s after the holder's last command was sent; see the README).
+func (l *locker) Expiry() time.Duration { return l.lease + expiryMargin }
+
+// expiryMargin covers the round trip and the server's scheduling, ten
+// times what was measured on an idle machine.
+const expiryMargin = 100 * time.Millisecond
+
+func (l *locker) Renews() bool { return true }
 func (l *locker) Describe() string {
 	return fmt.Sprintf("MySQL GET_LOCK on one session, wait_timeout %v, ping every %v, fence = counter row", l.lease, l.lease/3)
 }

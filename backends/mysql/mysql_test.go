@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
 )
@@ -50,35 +49,10 @@ func newLocker(t *testing.T, key string, p *faults.Proxy, cleanup bool) backends
 	t.Helper()
 	cfg := Config{DSN: dsn, Key: key}
 	if p != nil {
-		cfg.Dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", p.Addr())
-		}
+		cfg.Dial = lockertest.DialVia(p)
 	}
 	l, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cleanup {
-			if err := l.(backends.Cleaner).Cleanup(context.Background()); err != nil {
-				t.Error(err)
-			}
-		}
-		l.Close()
-	})
-	return l
-}
-
-func acquire(t *testing.T, l backends.Locker, d time.Duration) backends.Lease {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	s, err := l.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return lockertest.Managed(t, l, err, cleanup)
 }
 
 func serverAddr(t *testing.T) string {
@@ -108,63 +82,14 @@ func holder(t *testing.T, db *sql.DB, name string) uint64 {
 	return uint64(id.Int64)
 }
 
-// TestExclusiveAndFences: while A holds the lock B cannot get it, and
-// gets it once A releases; fences strictly increase across grants of
-// either client; Acquire honours ctx while it waits.
+// TestExclusiveAndFences: see lockertest.ExclusiveAndFences.
 func TestExclusiveAndFences(t *testing.T) {
-	key := t.Name()
-	a, b := newLocker(t, key, nil, true), newLocker(t, key, nil, false)
-	var last uint64
-	for i := range 3 {
-		sa := acquire(t, a, 5*time.Second)
-		if sa.Fence() <= last {
-			t.Fatalf("grant %d: fence %d after %d", i, sa.Fence(), last)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		t0 := time.Now()
-		_, err := b.Acquire(ctx)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("B acquired while A holds (err %v)", err)
-		}
-		if d := time.Since(t0); d > 2*time.Second {
-			t.Errorf("Acquire with a 300ms ctx returned after %v", d)
-		}
-		done := make(chan backends.Lease)
-		go func() {
-			s, err := b.Acquire(context.Background())
-			if err != nil {
-				t.Error(err)
-			}
-			done <- s
-		}()
-		time.Sleep(50 * time.Millisecond)
-		if err := sa.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		sb := <-done
-		if sb == nil {
-			return
-		}
-		if sb.Fence() <= sa.Fence() {
-			t.Fatalf("B's fence %d not above A's %d", sb.Fence(), sa.Fence())
-		}
-		last = sb.Fence()
-		if err := sb.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if err := sa.Release(context.Background()); err != nil {
-			t.Errorf("second Release: %v", err)
-		}
-	}
+	lockertest.ExclusiveAndFences(t, newLocker(t, t.Name(), nil, true), newLocker(t, t.Name(), nil, false))
 }
 
 // TestStalledHolderExpiry freezes the holder's connection (the fault
-// proxy) ten times and measures, from the holder's last command to the
-// server, when a second client gets the lock: never before the lease
-// (wait_timeout), and within twice it. The holder learns of the loss
-// (Lost) once it runs again, and its late Release leaves the new holder's
-// lock alone.
+// proxy) ten times and measures when a second client gets the lock, from
+// the holder's last command (see lockertest.StalledHolder).
 func TestStalledHolderExpiry(t *testing.T) {
 	key := t.Name()
 	p, err := faults.NewProxy(serverAddr(t))
@@ -172,50 +97,16 @@ func TestStalledHolderExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() }) // after the lockers' cleanup, which dials through it
-	a, b := newLocker(t, key, p, true), newLocker(t, key, nil, false)
 	db := openDB(t)
 	runs := 10
 	if testing.Short() {
 		runs = 1
 	}
-	var expiries []time.Duration
-	for range runs {
-		sa := acquire(t, a, 5*time.Second).(*lease)
-		time.Sleep(500 * time.Millisecond) // a renewal or so
-		p.Freeze()
-		sb := acquire(t, b, 10*time.Second)
-		got := time.Now()
-		renewed := time.Unix(0, sa.renewed.Load())
-		exp := got.Sub(renewed)
-		expiries = append(expiries, exp)
-		if exp < a.(*locker).lease {
-			t.Errorf("the lock was free %v after the holder's last command, before its lease %v", exp, a.(*locker).lease)
-		}
-		if exp > 2*a.(*locker).lease {
-			t.Errorf("the lock was free only %v after the holder's last command (lease %v)", exp, a.(*locker).lease)
-		}
-		if sb.Fence() <= sa.Fence() {
-			t.Errorf("fence %d after %d", sb.Fence(), sa.Fence())
-		}
-		p.Thaw()
-		select {
-		case <-sa.Lost():
-		case <-time.After(5 * time.Second):
-			t.Error("Lost did not fire after the session ended")
-		}
-		if err := sa.Release(context.Background()); err != nil {
-			t.Errorf("late Release: %v", err)
-		}
-		if h := holder(t, db, key); h != sb.(*lease).id {
-			t.Errorf("after A's late Release the lock is held by %d, want B's session %d", h, sb.(*lease).id)
-		}
-		if err := sb.Release(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sort.Slice(expiries, func(i, j int) bool { return expiries[i] < expiries[j] })
-	t.Logf("lease %v: expiry after the last command, %d runs: min %v median %v max %v", a.(*locker).lease, len(expiries),
-		expiries[0].Round(time.Millisecond), expiries[len(expiries)/2].Round(time.Millisecond), expiries[len(expiries)-1].Round(time.Millisecond))
+	lockertest.StalledHolder(t, lockertest.Stalled{
+		A: newLocker(t, key, p, true), B: newLocker(t, key, nil, false), Proxy: p,
+		Renewed: func(s backends.Lease) time.Time { return time.Unix(0, s.(*lease).renewed.Load()) },
+		Holds:   func(s backends.Lease) bool { return holder(t, db, key) == s.(*lease).id },
+	}, runs)
 }
 
 // TestTerminate: KILL CONNECTION from outside frees the lock at once (a
@@ -224,11 +115,11 @@ func TestStalledHolderExpiry(t *testing.T) {
 func TestTerminate(t *testing.T) {
 	key := t.Name()
 	a, b := newLocker(t, key, nil, true), newLocker(t, key, nil, false)
-	sa := acquire(t, a, 5*time.Second)
+	sa := lockertest.Acquire(t, a, 5*time.Second)
 	if err := sa.(backends.Terminator).Terminate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	sb := acquire(t, b, 500*time.Millisecond)
+	sb := lockertest.Acquire(t, b, 500*time.Millisecond)
 	select {
 	case <-sa.(backends.LossNotifier).Lost():
 	case <-time.After(3 * time.Second):
@@ -248,7 +139,7 @@ func TestTerminate(t *testing.T) {
 func TestReleaseOnlyOwn(t *testing.T) {
 	key := t.Name()
 	a := newLocker(t, key, nil, true)
-	sa := acquire(t, a, 5*time.Second)
+	sa := lockertest.Acquire(t, a, 5*time.Second)
 	defer sa.Release(context.Background())
 	db := openDB(t)
 	var got sql.NullInt64
@@ -272,7 +163,7 @@ func TestCloseAndCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := acquire(t, l, 5*time.Second)
+	s := lockertest.Acquire(t, l, 5*time.Second)
 	db := openDB(t)
 	if h := holder(t, db, lockName(key)); h != s.(*lease).id {
 		t.Fatalf("hashed lock %q held by %d, want %d", lockName(key), h, s.(*lease).id)

@@ -1,0 +1,217 @@
+package natskv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/lockertest"
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/servers"
+)
+
+// url is the server the tests use: NATS_URL if set, else a server the
+// test embeds (servers.StartNATS).
+var url string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if url = os.Getenv("NATS_URL"); url == "" {
+		t0 := time.Now()
+		s, err := servers.StartNATS(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer s.Stop()
+		fmt.Fprintf(os.Stderr, "nats started in %v\n", time.Since(t0).Round(time.Millisecond))
+		url = s.URL()
+	}
+	return m.Run()
+}
+
+// newLocker returns a Locker of key, through proxy p if not nil, closed and
+// (for cleanup true) cleaned up at the test's end.
+func newLocker(t *testing.T, key string, p *faults.Proxy, cleanup bool) backends.Locker {
+	t.Helper()
+	cfg := Config{URL: url, Key: key}
+	if p != nil {
+		cfg.Dial = lockertest.DialVia(p)
+	}
+	l, err := New(cfg)
+	return lockertest.Managed(t, l, err, cleanup)
+}
+
+// value is the lock key's live value, "" if none.
+func value(t *testing.T, key string) string {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	l, _ := New(Config{Key: key})
+	kv, err := js.KeyValue(context.Background(), l.(*locker).cfg.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(context.Background(), l.(*locker).key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(e.Value())
+}
+
+// TestExclusiveAndFences: see lockertest.ExclusiveAndFences.
+func TestExclusiveAndFences(t *testing.T) {
+	lockertest.ExclusiveAndFences(t, newLocker(t, t.Name(), nil, true), newLocker(t, t.Name(), nil, false))
+}
+
+// TestRenewal: a holder that runs keeps the lock for several leases.
+func TestRenewal(t *testing.T) {
+	key := t.Name()
+	a, b := newLocker(t, key, nil, true), newLocker(t, key, nil, false)
+	sa := lockertest.Acquire(t, a, 5*time.Second)
+	defer sa.Release(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*a.(*locker).lease)
+	defer cancel()
+	if _, err := b.Acquire(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("B acquired while A renews (err %v)", err)
+	}
+	select {
+	case <-sa.(*lease).Lost():
+		t.Fatal("Lost fired while renewing")
+	default:
+	}
+}
+
+// TestStalledHolderExpiry freezes the holder's connection (the fault
+// proxy) ten times and measures when a second client gets the lock, from
+// the holder's last write (see lockertest.StalledHolder).
+func TestStalledHolderExpiry(t *testing.T) {
+	key := t.Name()
+	p, err := faults.NewProxy(hostPort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() }) // after the lockers' cleanup, which dials through it
+	runs := 10
+	if testing.Short() {
+		runs = 1
+	}
+	lockertest.StalledHolder(t, lockertest.Stalled{
+		A: newLocker(t, key, p, true), B: newLocker(t, key, nil, false), Proxy: p,
+		Renewed: func(s backends.Lease) time.Time { return time.Unix(0, s.(*lease).renewed.Load()) },
+		Holds:   func(s backends.Lease) bool { return value(t, key) == string(s.(*lease).value) },
+	}, runs)
+}
+
+func hostPort(t *testing.T) string {
+	t.Helper()
+	s := strings.Split(url, ",")[0]
+	s = s[strings.Index(s, "://")+3:]
+	if i := strings.LastIndexByte(s, '@'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// TestCloseAndCleanup: Close releases a held lock and makes Acquire return
+// ErrClosed; a key that is not a valid KV key works (hashed); Cleanup
+// deletes the lock's bucket.
+func TestCloseAndCleanup(t *testing.T) {
+	key := "a key: not valid in KV " + strings.Repeat("k", 300)
+	l, err := New(Config{URL: url, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := lockertest.Acquire(t, l, 5*time.Second)
+	if v := value(t, key); v != string(s.(*lease).value) {
+		t.Fatalf("hashed key holds %q, want %q", v, s.(*lease).value)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(context.Background()); !errors.Is(err, backends.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+	if v := value(t, key); v != "" {
+		t.Errorf("key still holds %q after Close", v)
+	}
+	l2, _ := New(Config{URL: url, Key: key})
+	defer l2.Close()
+	if err := l2.(backends.Cleaner).Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.KeyValue(context.Background(), l2.(*locker).cfg.Bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("bucket after Cleanup: %v, want not found", err)
+	}
+}
+
+// TestBadConfig: bad input and a wrong server get an error naming the
+// problem in bounded time.
+func TestBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{URL: url}, "Key is empty"},
+		{Config{URL: url, Key: "k", Lease: 200 * time.Millisecond}, "resolution"},
+		{Config{URL: url, Key: "k", Addr: "nope"}, "host:port"},
+	} {
+		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one with %q", tc.cfg, err, tc.want)
+		}
+	}
+	port, _ := servers.FreePort()
+	l, err := New(Config{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := l.Acquire(ctx); err == nil || !strings.Contains(err.Error(), "connect") || time.Since(t0) > 5*time.Second {
+		t.Errorf("no server: %v after %v, want a connect error at once", err, time.Since(t0))
+	}
+}
+
+// TestServerTTLResolution: the server refuses a message TTL under a
+// second (why a Lease is at least 1 s), and takes one of a second.
+func TestServerTTLResolution(t *testing.T) {
+	l := newLocker(t, t.Name(), nil, true).(*locker)
+	_, js, err := l.connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$KV." + l.cfg.Bucket + ".probe"
+	_, err = js.PublishMsg(context.Background(), &nats.Msg{Subject: subject}, jetstream.WithMsgTTL(200*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "TTL") {
+		t.Errorf("a 200ms message TTL: %v, want the server to refuse it", err)
+	}
+	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: subject}, jetstream.WithMsgTTL(time.Second)); err != nil {
+		t.Errorf("a 1s message TTL: %v", err)
+	}
+}
