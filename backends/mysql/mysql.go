@@ -42,7 +42,9 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -461,4 +463,51 @@ func (s *lease) Terminate(ctx context.Context) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// DSN returns s as a go-sql-driver/mysql DSN: a mysql://user:password@
+// host:port/dbname?param=value URL is converted (host defaults to
+// 127.0.0.1, port to 3306; the query's parameters are the DSN's, tls=true
+// among them), anything else is returned as it is, for New to parse.
+func DSN(s string) (string, error) {
+	if !strings.HasPrefix(s, "mysql://") {
+		return s, nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("mysql: bad URL: %v (expected mysql://user:password@host:port/dbname)", redactURL(err))
+	}
+	c := mysql.NewConfig()
+	c.User = u.User.Username()
+	c.Passwd, _ = u.User.Password()
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "3306"
+	}
+	c.Net, c.Addr = "tcp", net.JoinHostPort(host, port)
+	c.DBName = strings.TrimPrefix(u.Path, "/")
+	dsn := c.FormatDSN()
+	if u.RawQuery != "" {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		dsn += sep + u.RawQuery
+	}
+	if _, err := mysql.ParseDSN(dsn); err != nil {
+		return "", fmt.Errorf("mysql: URL %s: %w", u.Redacted(), err)
+	}
+	return dsn, nil
+}
+
+// redactURL keeps a URL's password out of a parse error.
+func redactURL(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return "unparsable"
 }

@@ -220,3 +220,22 @@ func TestBadConfig(t *testing.T) {
 		t.Errorf("bad credentials: %v after %v, want Access denied at once", err, time.Since(t0))
 	}
 }
+
+// TestDSN: a mysql:// URL becomes the driver's DSN with its user,
+// password, address, database and parameters; a DSN passes through; a bad
+// URL's error does not print its password.
+func TestDSN(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"mysql://app:s3cret@db.example:3307/locks?tls=true", "app:s3cret@tcp(db.example:3307)/locks?tls=true"},
+		{"mysql://app@/locks", "app@tcp(127.0.0.1:3306)/locks"},
+		{"app:pw@tcp(127.0.0.1:3306)/x", "app:pw@tcp(127.0.0.1:3306)/x"},
+	} {
+		got, err := DSN(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("DSN(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := DSN("mysql://app:s3cret@db.example:33%zz/x"); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("bad URL: %v, want an error without the password", err)
+	}
+}

@@ -196,27 +196,19 @@ func (l *locker) Describe() string {
 func (l *locker) connect(ctx context.Context) (jetstream.KeyValue, jetstream.JetStream, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return nil, nil, backends.ErrClosed
-	}
-	if l.nc == nil {
-		nc, err := nats.Connect(l.servers, l.opts...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("natskv: connect: %w", err)
-		}
-		js, err := jetstream.New(nc)
-		if err != nil {
-			nc.Close()
-			return nil, nil, fmt.Errorf("natskv: %w", err)
-		}
-		l.nc, l.js = nc, js
+	if err := l.dialLocked(); err != nil {
+		return nil, nil, err
 	}
 	if l.kv == nil {
-		kv, err := l.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: l.cfg.Bucket, History: 1, Replicas: l.cfg.Replicas,
-			// Per-key TTLs need it; the markers it keeps live a lease.
-			LimitMarkerTTL: l.lease,
-		})
+		// Look the bucket up first: creating (or updating) a stream goes
+		// through the meta leader and every replica, a lookup only to the
+		// stream's leader, so a client that starts during a failover needs
+		// only the latter.
+		kv, err := l.bucket(ctx)
+		for err != nil && ctx.Err() == nil && retryable(err) {
+			time.Sleep(100 * time.Millisecond)
+			kv, err = l.bucket(ctx)
+		}
 		if err != nil {
 			fix := ""
 			if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
@@ -229,6 +221,49 @@ func (l *locker) connect(ctx context.Context) (jetstream.KeyValue, jetstream.Jet
 		l.kv = kv
 	}
 	return l.kv, l.js, nil
+}
+
+// dialLocked makes the Locker's connection, once. Callers hold l.mu.
+func (l *locker) dialLocked() error {
+	if l.closed {
+		return backends.ErrClosed
+	}
+	if l.nc != nil {
+		return nil
+	}
+	nc, err := nats.Connect(l.servers, l.opts...)
+	if err != nil {
+		return fmt.Errorf("natskv: connect: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("natskv: %w", err)
+	}
+	l.nc, l.js = nc, js
+	return nil
+}
+
+// requestTimeout bounds each JetStream request the adapter retries.
+const requestTimeout = 2 * time.Second
+
+// bucket looks the bucket up, and creates it if missing, each request
+// bounded by requestTimeout.
+func (l *locker) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	kv, err := l.js.KeyValue(ctx, l.cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = l.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: l.cfg.Bucket, History: 1, Replicas: l.cfg.Replicas,
+			// Per-key TTLs need it; the markers it keeps live a lease.
+			LimitMarkerTTL: l.lease,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) { // another client made it first
+			kv, err = l.js.KeyValue(ctx, l.cfg.Bucket)
+		}
+	}
+	return kv, err
 }
 
 // Acquire creates the key, waiting (a watch on the key, and a retry every
@@ -245,14 +280,20 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		}
 		return fmt.Errorf("natskv: acquire %s/%s: %w", l.cfg.Bucket, l.key, err)
 	}
-	// Watch first, so that a delete between a failed Create and the wait
-	// is not missed.
+	// A watch on the key wakes the wait as soon as the key is deleted or
+	// expires; the 100 ms retry covers the time before the watch is made,
+	// and a watch that cannot be made (a request to a replicated bucket
+	// without a leader gets no answer, and the watch's request waits for
+	// ctx), which is why it is made in the background.
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	w, err := kv.Watch(wctx, l.key, jetstream.UpdatesOnly())
-	if err != nil {
-		return nil, wrap(err)
-	}
+	watching := make(chan (<-chan jetstream.KeyValueEntry), 1)
+	go func() {
+		if w, err := kv.Watch(wctx, l.key, jetstream.UpdatesOnly()); err == nil {
+			watching <- w.Updates()
+		}
+	}()
+	var updates <-chan jetstream.KeyValueEntry
 	owner := make([]byte, 16)
 	_, _ = rand.Read(owner)
 	value := []byte(hex.EncodeToString(owner))
@@ -261,7 +302,11 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			return nil, backends.ErrClosed
 		}
 		sent := time.Now()
-		rev, err := kv.Create(ctx, l.key, value, jetstream.KeyTTL(l.lease))
+		// Each attempt gets at most requestTimeout: a request sent while a
+		// replicated bucket has no leader gets no answer at all.
+		actx, acancel := context.WithTimeout(ctx, requestTimeout)
+		rev, err := kv.Create(actx, l.key, value, jetstream.KeyTTL(l.lease))
+		acancel()
 		if err == nil {
 			s := &lease{l: l, js: js, kv: kv, value: value, fence: rev, stop: make(chan struct{}), done: make(chan struct{}),
 				lost: make(chan struct{})}
@@ -278,13 +323,17 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			go s.renew()
 			return s, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !retryable(err) {
+		if ctx.Err() != nil || !errors.Is(err, jetstream.ErrKeyExists) && !retryable(err) {
 			return nil, wrap(err)
 		}
 		select {
 		case <-ctx.Done():
 			return nil, wrap(ctx.Err())
-		case <-w.Updates():
+		case updates = <-watching:
+		case _, ok := <-updates:
+			if !ok {
+				updates = nil // the watch ended: retry alone
+			}
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -325,29 +374,41 @@ func (l *locker) Close() error {
 
 // Cleanup deletes the adapter's own bucket (Config.Bucket empty), or else
 // purges the lock's key from the named bucket (every message of its
-// subject, markers included).
+// subject, markers included). It retries a request that gets no answer (a
+// replicated bucket between leaders) for up to 30 s, or until ctx is done.
 func (l *locker) Cleanup(ctx context.Context) error {
-	_, js, err := l.connect(ctx)
+	l.mu.Lock()
+	err := l.dialLocked()
+	js := l.js
+	l.kv = nil
+	l.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("natskv: cleanup: %w", err)
 	}
-	if l.ownsBkt {
-		err = js.DeleteKeyValue(ctx, l.cfg.Bucket)
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			err = nil
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+		if l.ownsBkt {
+			err = js.DeleteKeyValue(rctx, l.cfg.Bucket)
+			if errors.Is(err, jetstream.ErrBucketNotFound) {
+				err = nil
+			}
+		} else {
+			var st jetstream.Stream
+			if st, err = js.Stream(rctx, "KV_"+l.cfg.Bucket); err == nil {
+				err = st.Purge(rctx, jetstream.WithPurgeSubject("$KV."+l.cfg.Bucket+"."+l.key))
+			}
 		}
-	} else {
-		var st jetstream.Stream
-		if st, err = js.Stream(ctx, "KV_"+l.cfg.Bucket); err == nil {
-			err = st.Purge(ctx, jetstream.WithPurgeSubject("$KV."+l.cfg.Bucket+"."+l.key))
+		rcancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			break
 		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
 		return fmt.Errorf("natskv: cleanup %s/%s: %w", l.cfg.Bucket, l.key, err)
 	}
-	l.mu.Lock()
-	l.kv = nil
-	l.mu.Unlock()
 	return nil
 }
 

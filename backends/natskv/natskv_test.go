@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,5 +214,113 @@ func TestServerTTLResolution(t *testing.T) {
 	}
 	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: subject}, jetstream.WithMsgTTL(time.Second)); err != nil {
 		t.Errorf("a 1s message TTL: %v", err)
+	}
+}
+
+// TestClusterFailover: on a three-server JetStream cluster with a
+// three-replica bucket, killing the server that leads the bucket's stream
+// while A holds the lock: B gets the lock once a new leader serves (timed),
+// with a higher fence, A's Lost fires, and A's late Release leaves B's key
+// alone.
+func TestClusterFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-server cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	c, err := servers.StartNATSCluster(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() }) // after the lockers' cleanup
+	t.Logf("cluster healthy in %v", time.Since(t0).Round(time.Millisecond))
+	key := t.Name()
+	mk := func(cleanup bool) backends.Locker {
+		l, err := New(Config{URL: c.Endpoint(), Key: key, Replicas: 3})
+		return lockertest.Managed(t, l, err, cleanup)
+	}
+	a, b := mk(true), mk(false)
+	sa := lockertest.Acquire(t, a, 10*time.Second).(*lease)
+	info, err := sa.js.Stream(ctx, "KV_"+a.(*locker).cfg.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := info.Info(ctx)
+	if err != nil || si.Cluster == nil {
+		t.Fatalf("stream info: %v %+v", err, si)
+	}
+	var leader *servers.Member
+	for _, m := range c.Members() {
+		if m.Name() == si.Cluster.Leader {
+			leader = m
+		}
+	}
+	if leader == nil {
+		t.Fatalf("stream leader %q is no member", si.Cluster.Leader)
+	}
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	// What the bucket's stream and the key look like each second, shown
+	// if B does not get the lock.
+	var (
+		mu    sync.Mutex
+		trace []string
+	)
+	tctx, stopTrace := context.WithCancel(ctx)
+	go func() {
+		for tctx.Err() == nil {
+			time.Sleep(time.Second)
+			line := time.Since(t1).Round(time.Millisecond).String() + ": "
+			ictx, icancel := context.WithTimeout(tctx, time.Second)
+			if si, err := info.Info(ictx); err != nil {
+				line += "stream info: " + err.Error()
+			} else {
+				line += "stream leader " + si.Cluster.Leader
+			}
+			if e, err := sa.kv.Get(ictx, sa.l.key); err != nil {
+				line += "; key: " + err.Error()
+			} else {
+				line += fmt.Sprintf("; key rev %d written %v ago; A's rev %d", e.Revision(), time.Since(e.Created()).Round(time.Millisecond), sa.rev.Load())
+			}
+			icancel()
+			mu.Lock()
+			trace = append(trace, line)
+			mu.Unlock()
+		}
+	}()
+	bctx, bcancel := context.WithTimeout(ctx, time.Minute)
+	sb, err := b.Acquire(bctx)
+	bcancel()
+	stopTrace()
+	if err != nil {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("B: %v; after the kill:\n%s", err, strings.Join(trace, "\n"))
+	}
+	t.Logf("killed %s (the bucket's stream leader): B got the lock %v later", leader.Name(), time.Since(t1).Round(time.Millisecond))
+	if sb.Fence() <= sa.Fence() {
+		t.Errorf("fence %d after %d", sb.Fence(), sa.Fence())
+	}
+	select {
+	case <-sa.Lost():
+	case <-time.After(5 * time.Second):
+		t.Error("A's Lost did not fire")
+	}
+	if err := sa.Release(ctx); err != nil {
+		t.Errorf("late Release: %v", err)
+	}
+	e, err := sb.(*lease).kv.Get(ctx, sb.(*lease).l.key)
+	if err != nil || string(e.Value()) != string(sb.(*lease).value) {
+		t.Errorf("after A's late Release: %v %v, want B's value", e, err)
+	}
+	if err := sb.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	// Cleanup deletes the bucket, which needs every replica's server.
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
