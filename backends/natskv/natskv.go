@@ -315,7 +315,9 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			l.mu.Lock()
 			if l.closed {
 				l.mu.Unlock()
-				_ = kv.Delete(context.Background(), l.key, jetstream.LastRevision(rev))
+				dctx, dcancel := context.WithTimeout(context.Background(), time.Second)
+				_ = kv.Delete(dctx, l.key, jetstream.LastRevision(rev))
+				dcancel()
 				return nil, backends.ErrClosed
 			}
 			l.held = s
