@@ -239,3 +239,42 @@ func TestDSN(t *testing.T) {
 		t.Errorf("bad URL: %v, want an error without the password", err)
 	}
 }
+
+// TestAuthAndTLS: against a server that demands a password and TLS (test
+// CA), the DSN's password and Config.TLS get the lock, through a fault
+// proxy too (Addr: TLS still verifies the DSN's host); a wrong password is
+// refused at once with the server's message.
+func TestAuthAndTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a second server")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := servers.StartMariaDB(ctx, servers.WithAuth(), servers.WithTLS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() }) // after the lockers' cleanup
+	tc, err := s.Secrets().ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := mysql.ParseDSN(s.DSN())
+	p, err := faults.NewProxy(c.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	l, err := New(Config{DSN: s.DSN(), TLS: tc, Addr: p.Addr(), Key: t.Name()})
+	l = lockertest.Managed(t, l, err, true)
+	lockertest.Acquire(t, l, 10*time.Second).Release(ctx)
+	bad, err := New(Config{DSN: strings.Replace(s.DSN(), s.Secrets().Password, "wrong", 1), TLS: tc, Key: t.Name()})
+	bad = lockertest.Managed(t, bad, err, false)
+	t0 := time.Now()
+	if _, err := bad.Acquire(ctx); err == nil || !strings.Contains(err.Error(), "Access denied") || strings.Contains(err.Error(), s.Secrets().Password) {
+		t.Errorf("wrong password: %v, want Access denied without the password", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("wrong password refused after %v", d)
+	}
+}

@@ -324,3 +324,36 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAuthAndTLS: against a server that demands a password and TLS (test
+// CA), the URL's password and Config.TLS get the lock, through a fault
+// proxy too (Addr: TLS still verifies the URL's host); a wrong password is
+// refused at once.
+func TestAuthAndTLS(t *testing.T) {
+	s, err := servers.StartNATS(context.Background(), servers.WithAuth(), servers.WithTLS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() }) // after the lockers' cleanup
+	tc, err := s.Secrets().ClientTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faults.NewProxy(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	l, err := New(Config{URL: s.URL(), TLS: tc, Addr: p.Addr(), Key: t.Name()})
+	l = lockertest.Managed(t, l, err, true)
+	lockertest.Acquire(t, l, 10*time.Second).Release(context.Background())
+	bad, err := New(Config{URL: strings.Replace(s.URL(), s.Secrets().Password, "wrong", 1), TLS: tc, Key: t.Name()})
+	bad = lockertest.Managed(t, bad, err, false)
+	t0 := time.Now()
+	if _, err := bad.Acquire(context.Background()); err == nil || !strings.Contains(err.Error(), "Authorization Violation") || strings.Contains(err.Error(), s.Secrets().Password) {
+		t.Errorf("wrong password: %v, want Authorization Violation without the password", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("wrong password refused after %v", d)
+	}
+}
