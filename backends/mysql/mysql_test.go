@@ -92,11 +92,7 @@ func TestExclusiveAndFences(t *testing.T) {
 // the holder's last command (see lockertest.StalledHolder).
 func TestStalledHolderExpiry(t *testing.T) {
 	key := t.Name()
-	p, err := faults.NewProxy(serverAddr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() }) // after the lockers' cleanup, which dials through it
+	p := lockertest.Proxy(t, serverAddr(t))
 	db := openDB(t)
 	runs := 10
 	if testing.Short() {
@@ -260,11 +256,7 @@ func TestAuthAndTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := mysql.ParseDSN(s.DSN())
-	p, err := faults.NewProxy(c.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := lockertest.Proxy(t, c.Addr)
 	l, err := New(Config{DSN: s.DSN(), TLS: tc, Addr: p.Addr(), Key: t.Name()})
 	l = lockertest.Managed(t, l, err, true)
 	lockertest.Acquire(t, l, 10*time.Second).Release(ctx)

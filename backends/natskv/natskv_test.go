@@ -106,11 +106,7 @@ func TestRenewal(t *testing.T) {
 // the holder's last write (see lockertest.StalledHolder).
 func TestStalledHolderExpiry(t *testing.T) {
 	key := t.Name()
-	p, err := faults.NewProxy(hostPort(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() }) // after the lockers' cleanup, which dials through it
+	p := lockertest.Proxy(t, hostPort(t))
 	runs := 10
 	if testing.Short() {
 		runs = 1
@@ -339,11 +335,7 @@ func TestAuthAndTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := faults.NewProxy(s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := lockertest.Proxy(t, s.Addr())
 	l, err := New(Config{URL: s.URL(), TLS: tc, Addr: p.Addr(), Key: t.Name()})
 	l = lockertest.Managed(t, l, err, true)
 	lockertest.Acquire(t, l, 10*time.Second).Release(context.Background())

@@ -165,3 +165,15 @@ func Managed(t *testing.T, l backends.Locker, err error, cleanup bool) backends.
 	})
 	return l
 }
+
+// Proxy is a fault proxy to target, closed at the test's end after the
+// Lockers made after it (their Cleanup dials through it).
+func Proxy(t *testing.T, target string) *faults.Proxy {
+	t.Helper()
+	p, err := faults.NewProxy(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
