@@ -81,7 +81,8 @@ type Config struct {
 	// followed by the FNV-64a hash of the key in hex. Created if missing.
 	Table string
 	// Lease is the wait_timeout of the lock's session, rounded up to whole
-	// seconds. Default and minimum 1s (the setting's resolution).
+	// seconds (the setting's resolution), so at least 1s; TTL reports the
+	// rounded value. Default 1s; negative is an error.
 	Lease time.Duration
 	_     struct{}
 }
@@ -116,8 +117,8 @@ func New(cfg Config) (backends.Locker, error) {
 	if cfg.Lease == 0 {
 		cfg.Lease = time.Second
 	}
-	if cfg.Lease < time.Second {
-		return nil, fmt.Errorf("mysql: lease %v is below wait_timeout's resolution: use 1s or more", cfg.Lease)
+	if cfg.Lease < 0 {
+		return nil, fmt.Errorf("mysql: lease %v is negative: use 1s or more (wait_timeout is whole seconds)", cfg.Lease)
 	}
 	secs := int64(math.Ceil(cfg.Lease.Seconds()))
 	mc, err := mysql.ParseDSN(cfg.DSN)

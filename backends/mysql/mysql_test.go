@@ -193,11 +193,19 @@ func TestBadConfig(t *testing.T) {
 		{Config{DSN: dsn}, "Key is empty"},
 		{Config{DSN: "u:s3cret@tcp(127.0.0.1:1)/", Key: "k"}, "names no database"},
 		{Config{DSN: "u:s3cret@tcp(127.0.0.1:1/db", Key: "k"}, "bad DSN"},
-		{Config{DSN: dsn, Key: "k", Lease: 500 * time.Millisecond}, "resolution"},
+		{Config{DSN: dsn, Key: "k", Lease: -time.Second}, "negative"},
 	} {
 		_, err := New(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("%+v: error %v, want one with %q and no password", tc.cfg, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ lease, ttl time.Duration }{{0, time.Second}, {200 * time.Millisecond, time.Second}, {1500 * time.Millisecond, 2 * time.Second}} {
+		l, err := New(Config{DSN: dsn, Key: "k", Lease: tc.lease})
+		if err != nil {
+			t.Errorf("Lease %v: %v", tc.lease, err)
+		} else if got := l.(backends.TTLer).TTL(); got != tc.ttl {
+			t.Errorf("Lease %v: TTL %v, want %v: whole seconds, rounded up", tc.lease, got, tc.ttl)
 		}
 	}
 	c, _ := mysql.ParseDSN(dsn)

@@ -72,8 +72,9 @@ type Config struct {
 	// digits, "-/_=." only) is hashed to "sha256." and 64 hex digits.
 	// Required.
 	Key string
-	// Lease is the key's TTL, rounded up to whole seconds. Default and
-	// minimum 1s (the server's resolution).
+	// Lease is the key's TTL, rounded up to whole seconds (the server's
+	// resolution), so at least 1s; TTL reports the rounded value. Default
+	// 1s; negative is an error.
 	Lease time.Duration
 	// Replicas is the bucket's replication factor (3 on a three-server
 	// cluster). Default 1.
@@ -116,8 +117,8 @@ func New(cfg Config) (backends.Locker, error) {
 	if cfg.Lease == 0 {
 		cfg.Lease = time.Second
 	}
-	if cfg.Lease < time.Second {
-		return nil, fmt.Errorf("natskv: lease %v is below the server's message TTL resolution: use 1s or more", cfg.Lease)
+	if cfg.Lease < 0 {
+		return nil, fmt.Errorf("natskv: lease %v is negative: use 1s or more (the server's message TTL is whole seconds)", cfg.Lease)
 	}
 	if cfg.URL == "" {
 		cfg.URL = nats.DefaultURL

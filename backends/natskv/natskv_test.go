@@ -174,11 +174,19 @@ func TestBadConfig(t *testing.T) {
 		want string
 	}{
 		{Config{URL: url}, "Key is empty"},
-		{Config{URL: url, Key: "k", Lease: 200 * time.Millisecond}, "resolution"},
+		{Config{URL: url, Key: "k", Lease: -time.Second}, "negative"},
 		{Config{URL: url, Key: "k", Addr: "nope"}, "host:port"},
 	} {
 		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one with %q", tc.cfg, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ lease, ttl time.Duration }{{0, time.Second}, {200 * time.Millisecond, time.Second}, {1500 * time.Millisecond, 2 * time.Second}} {
+		l, err := New(Config{URL: url, Key: "k", Lease: tc.lease})
+		if err != nil {
+			t.Errorf("Lease %v: %v", tc.lease, err)
+		} else if got := l.(backends.TTLer).TTL(); got != tc.ttl {
+			t.Errorf("Lease %v: TTL %v, want %v: whole seconds, rounded up", tc.lease, got, tc.ttl)
 		}
 	}
 	port, _ := servers.FreePort()
