@@ -17,8 +17,11 @@
 // The server's message TTL is a whole number of seconds, at least 1 (a
 // shorter or fractional Nats-TTL is refused or truncated by the server), so
 // a Lease is rounded up to whole seconds and 1 s is the floor. Per-message
-// TTLs need nats-server 2.11 or later (JetStream API level 1) and a bucket
-// created with LimitMarkerTTL; the adapter creates its bucket so.
+// TTLs need nats-server 2.11 or later (JetStream API level 1), nats.go
+// 1.42.0 or later (KeyTTL, LimitMarkerTTL), and a bucket created with
+// LimitMarkerTTL: the adapter creates its bucket so, and never edits an
+// existing one (nats-server issue 6920: a bucket edited to add the marker
+// TTL does not expire the keys written afterwards).
 package natskv
 
 import (
