@@ -10,8 +10,11 @@
 // (a stalled process, a frozen network) is idle, so wait_timeout is what
 // frees its lock; net_read_timeout (default 30 s) and net_write_timeout (60
 // s) apply only in the middle of a packet, and TCP keepalive, at its
-// two-hour default, to nothing a lease cares about. While the holder runs, a
-// ping every third of the lease keeps the session busy (renewal).
+// two-hour default, to nothing a lease cares about (measured with a frozen
+// fault proxy: the lock is free wait_timeout after the holder's last
+// command). A connection that is cut, not silent, ends the session at once.
+// While the holder runs, a ping every third of the lease keeps the session
+// busy (renewal).
 //
 // wait_timeout is a whole number of seconds, at least 1: a Lease is
 // rounded up to whole seconds, and 1 s is the floor.
