@@ -7,6 +7,9 @@
 #     three Sentinels) of the failover scenarios
 #   - PostgreSQL's server (apt postgresql-15), for the Postgres backend and the
 #     counter store; the harness makes a throwaway cluster with initdb
+#   - MariaDB's server (apt mariadb-server, 10.11 on Debian 12), for the mysql
+#     backend (GET_LOCK); the harness makes a throwaway server with
+#     mariadb-install-db
 #   - libfaketime (apt faketime), so that the clock-jump scenario can move
 #     the harness's redis-server's wall clock mid-run
 #   - chromium (apt), for the test that opens the HTML timelines headless
@@ -16,7 +19,7 @@
 #   - Consul 1.13.9, built from source with `go build` from the tools module in
 #     harness/consulbuild (about 7 minutes the first time) and cached at
 #     ${XDG_CACHE_HOME:-~/.cache}/locksuite/consul-1.13.9
-# etcd needs nothing: the harness embeds the real server.
+# etcd and NATS need nothing: the harness embeds the real servers.
 #
 # From another repository (a lock library's CI, see ci/README.md), run it by
 # its path in a checkout of locksuite (.locksuite/ci/setup.sh), or copy it
@@ -71,6 +74,13 @@ if ! have_pg; then
   echo "ci/setup.sh: installing $pg"
   apt_install "$pg"
   as_root service postgresql stop >/dev/null 2>&1 || true
+fi
+have_mariadb() { command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; }
+if ! have_mariadb; then
+  echo "ci/setup.sh: installing mariadb-server"
+  apt_install mariadb-server
+  # Its package may start a system server; the harness starts its own.
+  as_root service mariadb stop >/dev/null 2>&1 || true
 fi
 have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || ls /usr/lib/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; }
 if ! have_faketime; then

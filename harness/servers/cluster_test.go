@@ -52,6 +52,13 @@ func TestClusters(t *testing.T) {
 			}
 			return c, c.dir, nil, nil
 		}},
+		{"nats-cluster", func(ctx context.Context) (Cluster, string, []int, error) {
+			c, err := StartNATSCluster(ctx, 3)
+			if err != nil {
+				return nil, "", nil, err
+			}
+			return c, c.dir, nil, nil
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

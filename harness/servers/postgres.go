@@ -69,31 +69,9 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	if err != nil {
 		return nil, fail(err, install)
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fail(fmt.Errorf("running as root and no postgres user: %w", err), "create a postgres user (apt-get install postgresql-15 does), or run as another user")
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-	}
-	parent := ""
-	if cred != nil && !traversable(os.TempDir()) {
-		// The postgres user must reach its data directory: a private
-		// TMPDIR (mode 0700 somewhere on its path) would stop it.
-		parent = "/tmp"
-	}
-	dir, err := TempDir(parent, "locksuite-postgres-")
+	cred, dir, err := serviceDir("postgres", "postgres", "postgres", "postgresql-15")
 	if err != nil {
 		return nil, err
-	}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
 	}
 	data := dir + "/data"
 	initArgs := []string{"-D", data, "-U", "locksuite", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"}
@@ -194,6 +172,39 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		return nil, fail(err, "see the log above")
 	}
 	return s, nil
+}
+
+// serviceDir returns the user to run backend's server as, and a new TempDir
+// "locksuite-<name>-*" that user owns. As root, that is the system user
+// named account, which the server's Debian package creates (PostgreSQL and
+// MariaDB refuse to run as root); otherwise cred is nil and the directory
+// is this process's. A private TMPDIR (mode 0700 somewhere on its path)
+// would keep another user out, so as root the directory goes in /tmp then.
+func serviceDir(backend, name, account, pkg string) (cred *syscall.Credential, dir string, err error) {
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup(account)
+		if err != nil {
+			return nil, "", &Unavailable{backend, fmt.Errorf("running as root and no %s user: %w", account, err),
+				fmt.Sprintf("create a %s user (apt-get install %s does), or run as another user", account, pkg)}
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	parent := ""
+	if cred != nil && !traversable(os.TempDir()) {
+		parent = "/tmp"
+	}
+	if dir, err = TempDir(parent, "locksuite-"+name+"-"); err != nil {
+		return nil, "", err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return nil, "", err
+		}
+	}
+	return cred, dir, nil
 }
 
 // traversable reports whether every directory on path's way from / lets

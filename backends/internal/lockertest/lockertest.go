@@ -1,0 +1,178 @@
+// Package lockertest holds the checks an adapter's own tests run against a
+// real server: exclusivity with strictly increasing fences, and the expiry
+// of a holder whose connection is frozen.
+package lockertest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/harness/faults"
+)
+
+// Acquire acquires l within d, or fails the test.
+func Acquire(t testing.TB, l backends.Locker, d time.Duration) backends.Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	s, err := l.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// ExclusiveAndFences checks, three times over, two Lockers of one lock:
+// while a holds it, b's Acquire with a 300 ms context fails with
+// DeadlineExceeded within 2 s; b gets the lock once a releases; fences
+// strictly increase across the grants of both; a second Release is nil.
+func ExclusiveAndFences(t *testing.T, a, b backends.Locker) {
+	t.Helper()
+	var last uint64
+	for i := range 3 {
+		sa := Acquire(t, a, 5*time.Second)
+		if sa.Fence() <= last {
+			t.Fatalf("grant %d: fence %d after %d", i, sa.Fence(), last)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		t0 := time.Now()
+		_, err := b.Acquire(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("B acquired while A holds (err %v)", err)
+		}
+		if d := time.Since(t0); d > 2*time.Second {
+			t.Errorf("Acquire with a 300ms ctx returned after %v", d)
+		}
+		done := make(chan backends.Lease)
+		go func() {
+			s, err := b.Acquire(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			done <- s
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if err := sa.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		sb := <-done
+		if sb == nil {
+			return
+		}
+		if sb.Fence() <= sa.Fence() {
+			t.Fatalf("B's fence %d not above A's %d", sb.Fence(), sa.Fence())
+		}
+		last = sb.Fence()
+		if err := sb.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := sa.Release(context.Background()); err != nil {
+			t.Errorf("second Release: %v", err)
+		}
+	}
+}
+
+// Stalled is what StalledHolder needs to know of the adapter.
+type Stalled struct {
+	// A dials the server through Proxy only; B dials it directly.
+	A, B  backends.Locker
+	Proxy *faults.Proxy
+	// Renewed is when the lease's last write that reached the server was
+	// sent: its expiry runs from about then.
+	Renewed func(backends.Lease) time.Time
+	// Holds reports whether the server says the lease holds the lock now.
+	Holds func(backends.Lease) bool
+}
+
+// StalledHolder freezes A's connection runs times while it holds the lock
+// and returns, sorted, how long after A's last write B got the lock. Each
+// must be at least A's TTL (the lease is never cut short) and at most its
+// Expiry (the bound the suite sizes its waits by); A's Lost fires once it
+// runs again, its late Release returns nil and leaves B's grant alone, and
+// B's fence is above A's.
+func StalledHolder(t *testing.T, s Stalled, runs int) []time.Duration {
+	t.Helper()
+	ttl, expiry, _ := backends.TTLOf(s.A)
+	var out []time.Duration
+	for range runs {
+		sa := Acquire(t, s.A, 5*time.Second)
+		time.Sleep(ttl / 2) // a renewal or so
+		s.Proxy.Freeze()
+		sb := Acquire(t, s.B, 10*expiry)
+		exp := time.Since(s.Renewed(sa))
+		out = append(out, exp)
+		if exp < ttl {
+			t.Errorf("the lock was free %v after the holder's last write, before its TTL %v", exp, ttl)
+		}
+		if exp > expiry {
+			t.Errorf("the lock was free only %v after the holder's last write, past its Expiry %v", exp, expiry)
+		}
+		if sb.Fence() <= sa.Fence() {
+			t.Errorf("fence %d after %d", sb.Fence(), sa.Fence())
+		}
+		s.Proxy.Thaw()
+		select {
+		case <-sa.(backends.LossNotifier).Lost():
+		case <-time.After(5 * time.Second):
+			t.Error("Lost did not fire after the lease expired")
+		}
+		if err := sa.Release(context.Background()); err != nil {
+			t.Errorf("late Release: %v", err)
+		}
+		if !s.Holds(sb) {
+			t.Error("after A's late Release, B no longer holds the lock")
+		}
+		if err := sb.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	t.Logf("TTL %v, Expiry %v: the lock was free after the holder's last write, %d runs: min %v median %v max %v",
+		ttl, expiry, len(out), out[0].Round(time.Millisecond), out[len(out)/2].Round(time.Millisecond), out[len(out)-1].Round(time.Millisecond))
+	return out
+}
+
+// DialVia is a Config.Dial that sends every connection to p, whatever the
+// address asked for.
+func DialVia(p *faults.Proxy) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", p.Addr())
+	}
+}
+
+// Managed returns l, or fails the test on err, and at the test's end closes
+// l, after Cleanup when cleanup is true (one client per lock cleans up).
+func Managed(t *testing.T, l backends.Locker, err error, cleanup bool) backends.Locker {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cleanup {
+			if err := l.(backends.Cleaner).Cleanup(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+		l.Close()
+	})
+	return l
+}
+
+// Proxy is a fault proxy to target, closed at the test's end after the
+// Lockers made after it (their Cleanup dials through it).
+func Proxy(t *testing.T, target string) *faults.Proxy {
+	t.Helper()
+	p, err := faults.NewProxy(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}

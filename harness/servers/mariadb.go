@@ -1,0 +1,224 @@
+package servers
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
+)
+
+// MariaDB is a throwaway MariaDB server started by StartMariaDB.
+type MariaDB struct {
+	p       *proc
+	dsn     string
+	socket  string
+	secrets Secrets
+	once    sync.Once
+}
+
+// Name is "mysql", the backend this server is for.
+func (s *MariaDB) Name() string { return "mysql" }
+
+// Endpoint is a go-sql-driver/mysql DSN without the password:
+// locksuite@tcp(127.0.0.1:PORT)/locksuite (see DSN and Secrets).
+func (s *MariaDB) Endpoint() string { return s.dsn }
+
+// DSN is Endpoint with the password in it (WithAuth).
+func (s *MariaDB) DSN() string {
+	if s.secrets.Password == "" {
+		return s.dsn
+	}
+	return strings.Replace(s.dsn, s.secrets.User+"@", s.secrets.User+":"+s.secrets.Password+"@", 1)
+}
+
+// Secrets are the user's password (WithAuth) and the test CA (WithTLS).
+func (s *MariaDB) Secrets() Secrets { return s.secrets }
+
+// Log is the server's log file, in the directory Stop removes: copy it
+// before Stop to keep it.
+func (s *MariaDB) Log() string { return s.p.log }
+func (s *MariaDB) Pid() int    { return s.p.Pid() }
+
+var mariadbDirs = []string{"/usr/sbin", "/usr/libexec", "/usr/local/mysql/bin", "/usr/local/mysql/scripts"}
+
+// StartMariaDB makes a new data directory with mariadb-install-db in a
+// temporary directory and starts mariadbd on a free loopback port
+// (bind-address 127.0.0.1) and a Unix socket of its own in that directory,
+// with the binary log off and InnoDB's log flushed once a second (a
+// throwaway server needs no durability). As root it runs both as the
+// "mysql" user, which Debian's mariadb-server package creates: mariadbd
+// refuses to run as root, and switching user itself (--user) would clear
+// the parent-death signal that ends it with a killed coordinator.
+//
+// It creates the database "locksuite" and the user locksuite@127.0.0.1 with
+// every privilege (KILL of other sessions included), and no password; the
+// endpoint is a go-sql-driver/mysql DSN for that user and database.
+// WithAuth gives the user a random password (mysql_native_password);
+// WithTLS gives the server a certificate of the test CA and makes it refuse
+// plain TCP connections (require_secure_transport), so that a client needs
+// Secrets.ClientTLS. The harness itself talks to the server as root over
+// the Unix socket.
+func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
+	o := apply(opts)
+	fail := func(err error, fix string) error { return &Unavailable{"mysql", err, fix} }
+	const install = "install MariaDB's server (apt-get install mariadb-server), or name a server with MYSQL_URL"
+	mariadbd, err := lookPath("mariadbd", mariadbDirs...)
+	if err != nil {
+		if mariadbd, err = lookPath("mysqld", mariadbDirs...); err != nil {
+			return nil, fail(err, install)
+		}
+	}
+	installDB, err := lookPath("mariadb-install-db", mariadbDirs...)
+	if err != nil {
+		if installDB, err = lookPath("mysql_install_db", mariadbDirs...); err != nil {
+			return nil, fail(err, install)
+		}
+	}
+	cred, dir, err := serviceDir("mysql", "mariadb", "mysql", "mariadb-server")
+	if err != nil {
+		return nil, err
+	}
+	uid, gid := -1, -1
+	if cred != nil {
+		uid, gid = int(cred.Uid), int(cred.Gid)
+	}
+	data := filepath.Join(dir, "data")
+	// The server's settings, for the bootstrap and the server alike
+	// (--no-defaults: no /etc/mysql/my.cnf of the machine's own server).
+	common := []string{"--no-defaults", "--datadir=" + data, "--skip-name-resolve", "--skip-log-bin",
+		"--innodb-flush-log-at-trx-commit=0", "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M"}
+	cmd := exec.CommandContext(ctx, installDB, append(common[:1:1], append([]string{
+		"--auth-root-authentication-method=normal", "--skip-test-db"}, common[1:]...)...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = spawn.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fail(fmt.Errorf("%s: %v: %s", filepath.Base(installDB), err, tailString(out.String())), "check that "+installDB+" works")
+	}
+	port, err := FreePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	sock := filepath.Join(dir, "mysqld.sock")
+	args := append(common, "--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--socket="+sock,
+		"--pid-file="+filepath.Join(dir, "mysqld.pid"), "--max-connections=500", "--skip-networking=0")
+	var secrets Secrets
+	params := ""
+	if o.tls {
+		certs, err := newPKI(dir, uid, gid)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fail(err, "a writable temporary directory")
+		}
+		certs.secrets(&secrets)
+		args = append(args, "--ssl-ca="+certs.ca, "--ssl-cert="+certs.serverCert, "--ssl-key="+certs.serverKey,
+			"--require-secure-transport=ON")
+		// The adapter and the driver need the CA: Secrets.ClientTLS.
+		params = "?tls=true"
+	}
+	p, err := startProc("mariadbd", dir, cred, append([]string{mariadbd}, args...)...)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fail(err, "check that "+mariadbd+" runs")
+	}
+	secrets.User = "locksuite"
+	if o.auth {
+		secrets.Password = randomSecret()
+	}
+	s := &MariaDB{p: p, socket: sock, secrets: secrets,
+		dsn: fmt.Sprintf("locksuite@tcp(127.0.0.1:%d)/locksuite%s", port, params)}
+	if !o.auth {
+		s.secrets.User = ""
+	}
+	err = waitReady(ctx, p, 30*time.Second, func(ctx context.Context) error {
+		db, err := s.rootDB()
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return db.PingContext(ctx)
+	})
+	if err == nil {
+		err = s.setup(ctx, secrets.Password)
+	}
+	if err != nil {
+		s.Stop()
+		return nil, fail(err, "see the log above")
+	}
+	return s, nil
+}
+
+// rootDB is root over the server's Unix socket (no password: the
+// bootstrap's "normal" root authentication).
+func (s *MariaDB) rootDB() (*sql.DB, error) {
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr = "root", "unix", s.socket
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
+}
+
+// setup makes the database and the user the endpoint names.
+func (s *MariaDB) setup(ctx context.Context, password string) error {
+	db, err := s.rootDB()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, q := range []string{
+		"CREATE DATABASE locksuite",
+		"CREATE USER 'locksuite'@'127.0.0.1' IDENTIFIED BY " + quoteSQL(password),
+		"GRANT ALL PRIVILEGES ON *.* TO 'locksuite'@'127.0.0.1'",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("setup: %s: %w", strings.Fields(q)[0]+" "+strings.Fields(q)[1], err)
+		}
+	}
+	return nil
+}
+
+// quoteSQL quotes s as a MySQL string literal (s is a random secret of
+// letters and digits; the escapes are for safety only).
+func quoteSQL(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `'`, `''`)
+	return "'" + r.Replace(s) + "'"
+}
+
+func tailString(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 600 {
+		s = "…" + s[len(s)-600:]
+	}
+	return s
+}
+
+// Stop shuts the server down (SIGTERM: a normal shutdown, which frees
+// every session's locks) and deletes its directory.
+func (s *MariaDB) Stop() error {
+	s.once.Do(func() {
+		s.p.stop(syscall.SIGTERM, 10*time.Second)
+		os.RemoveAll(s.p.dir)
+	})
+	return nil
+}

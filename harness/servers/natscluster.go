@@ -1,0 +1,243 @@
+package servers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+)
+
+// natsMemberEnv makes a process a NATS cluster member: see init.
+const natsMemberEnv = "LOCKSUITE_NATS_MEMBER"
+
+// natsMemberSpec is what a member process is told.
+type natsMemberSpec struct {
+	Name        string `json:"name"`
+	Dir         string `json:"dir"`
+	Port        int    `json:"port"`
+	ClusterPort int    `json:"cluster_port"`
+	HTTPPort    int    `json:"http_port"`
+	Routes      string `json:"routes"` // comma-separated nats-route:// URLs
+}
+
+// A member of a NATS cluster is this same binary run again with
+// LOCKSUITE_NATS_MEMBER set: the process serves the embedded NATS server
+// (already linked into every binary that uses this package) until SIGTERM,
+// and never reaches main or the tests; why re-exec, see etcdcluster.go.
+func init() {
+	if v := os.Getenv(natsMemberEnv); v != "" {
+		os.Exit(serveNATSMember(v))
+	}
+}
+
+func serveNATSMember(v string) int {
+	var s natsMemberSpec
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		fmt.Fprintf(os.Stderr, "nats member: bad %s: %v\n", natsMemberEnv, err)
+		return 2
+	}
+	ns, err := natsserver.NewServer(&natsserver.Options{
+		ServerName: s.Name, Host: "127.0.0.1", Port: s.Port,
+		HTTPHost: "127.0.0.1", HTTPPort: s.HTTPPort,
+		JetStream: true, StoreDir: s.Dir,
+		Cluster: natsserver.ClusterOpts{Name: "locksuite", Host: "127.0.0.1", Port: s.ClusterPort},
+		Routes:  natsserver.RoutesFromStr(s.Routes),
+		NoSigs:  true, DisableJetStreamBanner: true, Logtime: true,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nats member %s: %v\n", s.Name, err)
+		return 1
+	}
+	ns.ConfigureLogger()
+	ns.Start()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	return 0
+}
+
+// NATSCluster is a JetStream cluster of NATS servers, each its own process,
+// started by StartNATSCluster.
+type NATSCluster struct {
+	dir     string
+	members []*Member
+	http    map[*Member]string // member → its monitoring address
+	hc      *http.Client
+	once    sync.Once
+}
+
+func (s *NATSCluster) Name() string { return "nats-cluster" }
+
+// Endpoint is every server's client URL, comma-separated (the form
+// nats.Connect and NATS_URL take).
+func (s *NATSCluster) Endpoint() string {
+	var urls []string
+	for _, m := range s.members {
+		urls = append(urls, "nats://"+m.addr)
+	}
+	return strings.Join(urls, ",")
+}
+
+func (s *NATSCluster) Members() []*Member { return s.members }
+
+// StartNATSCluster starts n NATS servers with JetStream (three for the
+// failover scenario) on free loopback ports, routed to each other as one
+// cluster, each its own process running the embedded server of this binary
+// (see init) with its store in the cluster's temporary directory, and waits
+// until they have elected a JetStream meta leader and every server reports
+// itself healthy. The servers' Raft timing is nats-server's own (an
+// election 4 s to 9 s after a leader is lost; it cannot be set).
+func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
+	fail := func(err error) error {
+		return &Unavailable{"nats-cluster", err, "free loopback ports and a writable temporary directory"}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fail(err)
+	}
+	ports, err := freePorts(3 * n)
+	if err != nil {
+		return nil, fail(err)
+	}
+	dir, err := TempDir("", "locksuite-nats-cluster-")
+	if err != nil {
+		return nil, fail(err)
+	}
+	s := &NATSCluster{dir: dir, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
+	}
+	for i := range n {
+		name := fmt.Sprintf("nats-%d", i+1)
+		mdir := filepath.Join(dir, name)
+		if err := os.Mkdir(mdir, 0o700); err != nil {
+			s.Stop()
+			return nil, fail(err)
+		}
+		spec, _ := json.Marshal(natsMemberSpec{Name: name, Dir: filepath.Join(mdir, "jetstream"),
+			Port: ports[3*i], ClusterPort: ports[3*i+1], HTTPPort: ports[3*i+2], Routes: strings.Join(routes, ",")})
+		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), dir: mdir}
+		m.start = func() (*proc, error) {
+			return startMemberProc(name, mdir, []string{natsMemberEnv + "=" + string(spec)}, exe)
+		}
+		if err := m.run(); err != nil {
+			s.Stop()
+			return nil, fail(err)
+		}
+		s.members = append(s.members, m)
+		s.http[m] = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
+	}
+	if err := WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+		s.Stop()
+		return nil, fail(err)
+	}
+	return s, nil
+}
+
+// get reads a member's monitoring endpoint (path) into v, and fails unless
+// it answers 200.
+func (s *NATSCluster) get(ctx context.Context, m *Member, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.http[m]+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", m.name, path, resp.Status)
+	}
+	if v == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// status asks every running server for the JetStream meta leader and
+// returns the one they agree on.
+func (s *NATSCluster) status(ctx context.Context) (*Member, error) {
+	ms, err := running(s.members)
+	if err != nil {
+		return nil, err
+	}
+	agreed := ""
+	for _, m := range ms {
+		var jsz natsserver.JSInfo
+		if err := s.get(ctx, m, "/jsz", &jsz); err != nil {
+			return nil, err
+		}
+		l := ""
+		if jsz.Meta != nil {
+			l = jsz.Meta.Leader
+		}
+		switch {
+		case l == "":
+			return nil, fmt.Errorf("%s has no JetStream meta leader", m.name)
+		case agreed != "" && l != agreed:
+			return nil, fmt.Errorf("servers disagree on the meta leader (%s, %s)", agreed, l)
+		}
+		agreed = l
+	}
+	for _, m := range ms {
+		if m.name == agreed {
+			return m, nil
+		}
+	}
+	return nil, fmt.Errorf("the meta leader %s is not a running server", agreed)
+}
+
+// Healthy: every running server names the same running meta leader, and
+// reports itself healthy (/healthz: JetStream on, the meta group and every
+// stream and consumer it replicates current).
+func (s *NATSCluster) Healthy(ctx context.Context) error {
+	if _, err := s.status(ctx); err != nil {
+		return err
+	}
+	ms, err := running(s.members)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := s.get(ctx, m, "/healthz", nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Leader is the JetStream meta leader (which places streams; a key-value
+// bucket's own stream has a leader of its own, which may be another
+// server).
+func (s *NATSCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
+
+func (s *NATSCluster) Restart(ctx context.Context) error {
+	if err := restartKilled(s.members); err != nil {
+		return err
+	}
+	return WaitHealthy(ctx, 60*time.Second, s.Healthy)
+}
+
+// Stop ends every server and removes the cluster's directory.
+func (s *NATSCluster) Stop() error {
+	s.once.Do(func() {
+		for _, m := range s.members {
+			m.end(syscall.SIGTERM, 5*time.Second)
+		}
+		os.RemoveAll(s.dir)
+	})
+	return nil
+}
