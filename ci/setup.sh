@@ -13,6 +13,7 @@
 #   - libfaketime (apt faketime), so that the clock-jump scenario can move
 #     the harness's redis-server's wall clock mid-run
 #   - chromium (apt), for the test that opens the HTML timelines headless
+#   - docker-compose (apt), only to validate docker-compose.yml (no engine)
 #   - ZooKeeper 3.8 (apt zookeeper, with Java 17), for the zookeeper and
 #     zk-lock backends and the zookeeper-ensemble; the harness runs the
 #     server's jar with java itself (no service is started)
@@ -86,6 +87,13 @@ have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || l
 if ! have_faketime; then
   echo "ci/setup.sh: installing faketime (libfaketime)"
   apt_install faketime
+fi
+
+# A compose client (no engine: there is none in CI) validates
+# docker-compose.yml (TestDockerCompose runs `docker-compose config`).
+if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null 2>&1; then
+  echo "ci/setup.sh: installing docker-compose (to validate docker-compose.yml)"
+  apt_install docker-compose
 fi
 
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then

@@ -322,7 +322,9 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			go s.renew()
 			return s, nil
 		}
-		if ctx.Err() != nil || !errors.Is(err, jetstream.ErrKeyExists) && !retryable(err) {
+		// Taken: ErrKeyExists, or on a replicated bucket the stream's own
+		// 10164 (wrong last sequence), which Create does not translate.
+		if ctx.Err() != nil || !errors.Is(err, jetstream.ErrKeyExists) && !wrongRevision(err) && !retryable(err) {
 			return nil, wrap(err)
 		}
 		select {

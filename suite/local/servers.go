@@ -60,6 +60,7 @@ const (
 	noClockPostgres  = "postgres ends an idle session (idle_session_timeout) with an interval timer (setitimer) armed for the time remaining: a wall-clock jump does not make it fire sooner (measured: TestPostgresIdleTimeoutIgnoresClockJump), so the lease does not follow the wall clock"
 	noClockConsul    = "consul is a Go program: its session timers (time.AfterFunc) run on the monotonic clock, and Go reads time through the vDSO rather than libc, so libfaketime cannot move it (measured: under it, consul's HTTP Date header shows the real time); the lease does not follow the wall clock"
 	noClockZooKeeper = "zookeeper times sessions with System.nanoTime, a monotonic clock: a wall-clock jump does not move a session's expiry"
+	noClockMariaDB   = "the harness does not run mariadbd under libfaketime, so its wall clock cannot be moved"
 	noFaketime       = "libfaketime is not installed (apt-get install faketime, or run ci/setup.sh): the harness cannot move redis-server's clock"
 )
 

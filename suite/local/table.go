@@ -2,15 +2,21 @@ package local
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/consul"
 	"github.com/locksuite/locksuite/backends/consullock"
 	"github.com/locksuite/locksuite/backends/etcd"
 	"github.com/locksuite/locksuite/backends/etcdmutex"
+	"github.com/locksuite/locksuite/backends/mysql"
+	"github.com/locksuite/locksuite/backends/natskv"
 	"github.com/locksuite/locksuite/backends/pgxact"
 	"github.com/locksuite/locksuite/backends/postgres"
 	"github.com/locksuite/locksuite/backends/redis"
@@ -148,6 +154,24 @@ func table() []backend {
 		probe:   probeZooKeeper,
 		servers: oneProcess("zookeeper", noClockZooKeeper),
 	}
+	mysqlSvc := &service{
+		// wait_timeout, which frees a stalled holder's GET_LOCK, has whole
+		// seconds: 1 s is the shortest lease.
+		name: "mysql", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
+		vars:    []string{"MYSQL_URL"},
+		start:   func(ctx context.Context) (servers.Server, error) { return servers.StartMariaDB(ctx) },
+		probe:   probeMySQL,
+		servers: oneProcess("mariadbd", noClockMariaDB),
+	}
+	natsSvc := &service{
+		// The server refuses per-key TTLs under a second.
+		name: "nats", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
+		vars:  []string{"NATS_URL"},
+		start: func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
+		probe: probeNATS,
+		// Embedded in this process: no member to stop or to move.
+		servers: func(sv *service, s servers.Server) suite.Servers { return &single{svc: sv, s: s} },
+	}
 	redis3Svc := &service{
 		name: "redis-3", lease: redisSvc.lease, pause: redisSvc.pause, duration: redisSvc.duration,
 		vars:  []string{"LOCKSUITE_REDIS_NODES"},
@@ -171,6 +195,8 @@ func table() []backend {
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartConsulCluster(ctx, 3) })
 	zookeeperEnsemble := clusterOf("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartZooKeeperEnsemble(ctx, 3) })
+	natsCluster := clusterOf("nats-cluster", "LOCKSUITE_NATS_CLUSTER", natsSvc,
+		func(ctx context.Context) (servers.Cluster, error) { return servers.StartNATSCluster(ctx, 3) })
 	redisSentinel := clusterOf("redis-sentinel", "LOCKSUITE_REDIS_SENTINEL", redisSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartRedisSentinel(ctx) })
 
@@ -191,6 +217,16 @@ func table() []backend {
 			return redis.New(redis.Config{Addr: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 		}},
 		{name: "zookeeper", kind: adapter, on: zookeeperSvc, newLocker: newZooKeeper},
+		{name: "mysql", kind: adapter, on: mysqlSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			dsn, err := mysql.DSN(strings.TrimSpace(c.endpoint))
+			if err != nil {
+				return nil, err
+			}
+			return mysql.New(mysql.Config{DSN: dsn, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		}},
+		{name: "nats-kv", kind: adapter, on: natsSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		}},
 
 		// The library adapters take no TLS settings: against servers named
 		// with TLS variables, use the four adapters.
@@ -231,6 +267,10 @@ func table() []backend {
 			return etcd.New(etcd.Config{Endpoints: c.addrs(), Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
 		}},
 		{name: "zookeeper-ensemble", kind: cluster, on: zookeeperEnsemble, newLocker: newZooKeeper},
+		{name: "nats-cluster", kind: cluster, on: natsCluster, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+			// The lock's bucket replicated on all three servers.
+			return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Replicas: 3})
+		}},
 		{name: "redis-sentinel", kind: cluster, on: redisSentinel, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 			// go-redis dials the sentinels and whatever primary they name.
 			return redis.New(redis.Config{SentinelAddrs: c.addrs(), MasterName: servers.SentinelMaster, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
@@ -261,6 +301,38 @@ func probeZooKeeper(ctx context.Context, c *conn) error {
 		if !strings.Contains(out, "imok") {
 			return fmt.Errorf("%s answers ruok with %q, not imok (allow the command: 4lw.commands.whitelist=ruok,srvr)", a, out)
 		}
+	}
+	return nil
+}
+
+// probeMySQL connects with the DSN (or mysql:// URL) and pings.
+func probeMySQL(ctx context.Context, c *conn) error {
+	dsn, err := mysql.DSN(strings.TrimSpace(c.endpoint))
+	if err != nil {
+		return err
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.PingContext(ctx)
+}
+
+// probeNATS connects and asks for JetStream's account info: the lock needs
+// JetStream.
+func probeNATS(ctx context.Context, c *conn) error {
+	nc, err := nats.Connect(c.endpoint, nats.Timeout(3*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("JetStream: %w (start nats-server with -js)", err)
 	}
 	return nil
 }
