@@ -7,32 +7,30 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/locksuite/locksuite/harness/load"
 )
 
 // wentAway reports whether err says that a server is gone: the connection
-// was refused, reset or closed mid-reply, or (gRPC, etcd) is unavailable.
-// The text is checked too, for errors that crossed a process boundary (a
-// chaos worker's) or that a client did not wrap.
+// was refused, reset or closed mid-reply, or (gRPC, etcd) is unavailable,
+// or (Postgres) the server shut the session down. Client libraries' error
+// types are read through the methods they share (SQLState, as pgconn's
+// PgError has), and by their text otherwise, so that the suite depends on
+// none of them; the text also serves for errors that crossed a process
+// boundary (a chaos worker's) or that a client did not wrap.
 func wentAway(err error) bool {
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
-	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
-		return true
-	}
 	// Postgres: 57P01 admin shutdown, 57P02 crash shutdown (a postmaster
 	// that died), 57P03 cannot connect now.
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "57P") {
+	var sql interface{ SQLState() string }
+	if errors.As(err, &sql) && strings.HasPrefix(sql.SQLState(), "57P") {
 		return true
 	}
 	msg := err.Error()
+	// "code = Unavailable" is how a gRPC status error (etcd's) prints
+	// codes.Unavailable.
 	for _, m := range []string{"connection refused", "connection reset", "broken pipe", "unexpected EOF", ": EOF", "code = Unavailable", "(SQLSTATE 57P"} {
 		if strings.Contains(msg, m) {
 			return true

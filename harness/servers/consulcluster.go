@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // ConsulCluster is n Consul servers (-server, -bootstrap-expect=n, joined
@@ -55,7 +57,7 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "free loopback ports"}
 	}
-	dir, err := TempDir("", "locksuite-consul-cluster-")
+	dir, err := tempdir.New("", "locksuite-consul-cluster-")
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 	}
@@ -117,7 +119,7 @@ log_level = "warn"
 			return nil, &Unavailable{"consul-cluster", err, "a Consul API client"}
 		}
 	}
-	if err := WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, &Unavailable{"consul-cluster", err, "see the servers' logs above"}
 	}
@@ -177,7 +179,7 @@ func (s *ConsulCluster) Restart(ctx context.Context) error {
 	if err := restartKilled(s.members); err != nil {
 		return err
 	}
-	return WaitHealthy(ctx, 60*time.Second, s.Healthy)
+	return faults.WaitHealthy(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the cluster's directory.

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // Postgres is a throwaway PostgreSQL cluster started by StartPostgres.
@@ -92,7 +93,7 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		// TMPDIR (mode 0700 somewhere on its path) would stop it.
 		parent = "/tmp"
 	}
-	dir, err := TempDir(parent, "locksuite-postgres-")
+	dir, err := tempdir.New(parent, "locksuite-postgres-")
 	if err != nil {
 		return nil, err
 	}
