@@ -18,7 +18,7 @@
 // (the verdict is reported, not asserted). The scenarios are one table
 // (Scenarios); each run is built by harness/run. Labels: the backend's
 // Name, "fenced" or "unfenced", the scenario's name, and its family
-// ("chaos", "fault", "failover" with "cluster").
+// ("chaos", "fault", "cluster").
 package suite
 
 import (
