@@ -37,8 +37,9 @@ const (
 	// ChaosNone: Chaos.Workers worker processes, no fault.
 	ChaosNone = "chaos-none"
 	// PauseRandom: every Chaos.Interval, SIGSTOP a random worker for
-	// Chaos.Pause, then SIGCONT; Chaos.Pauses times (the pause-testing
-	// guide's chaos script).
+	// Chaos.Pause, then SIGCONT; Chaos.Pauses times (the chaos script of
+	// "Testing Distributed Locks Under Pauses", the pause-testing guide
+	// this suite follows).
 	PauseRandom = "pause-random"
 	// PauseTargeted: the same, but the victim is the worker holding the
 	// lock, stopped after it has read.
