@@ -122,8 +122,11 @@ type Config struct {
 	Progress func(report.Progress)
 	// Servers, if not nil, is the lock service's own processes, for the
 	// scenarios that fault the server rather than the client (ServerStall,
-	// ClockJump); every fault scenario also checks Servers.Healthy before
-	// its fault and after it heals. Default nil: those two are skipped.
+	// ClockJump, and the failover scenarios, which need a Leaderer); the
+	// fault scenarios also check Servers.Healthy before their fault and
+	// after it heals. Read when GinkgoTest registers the specs (a Lagger
+	// decides what the failover specs assert). Default nil: those
+	// scenarios are skipped.
 	Servers Servers
 
 	workerArgv []string // set by Test: how to run this binary as a worker

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -46,11 +48,33 @@ func explain(cfg Config, scenario string, err error) error {
 	if err == nil || !wentAway(err) {
 		return err
 	}
-	what := "the lock service (" + cfg.Name + ")"
+	what := "the lock service (" + cfg.Name
+	if addr := address(err); addr != "" {
+		what += " at " + addr
+	}
+	what += ")"
 	var se *load.StepError
 	if errors.As(err, &se) && se.Step != "acquire" ||
 		!errors.As(err, &se) && (strings.Contains(err.Error(), ": read: ") || strings.Contains(err.Error(), ": write: ")) {
 		what = "the counter store"
 	}
 	return fmt.Errorf("suite: %s: %s: %s went away during the run (it refused or dropped the connection): %w; fix: check that the server is running and reachable, then run again", cfg.Name, scenario, what, err)
+}
+
+// dialAddr finds the address in a dial error's text ("dial tcp
+// 127.0.0.1:6379: connect: connection refused"), for errors that a client
+// library printed rather than wrapped.
+var dialAddr = regexp.MustCompile(`dial tcp ([^ ]+): `)
+
+// address is the address of the server that err says went away, if it
+// says: the net.OpError it wraps, or its text.
+func address(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Addr != nil {
+		return op.Addr.String()
+	}
+	if m := dialAddr.FindStringSubmatch(err.Error()); m != nil {
+		return m[1]
+	}
+	return ""
 }
