@@ -92,6 +92,9 @@ type Span struct {
 	// Start and End: when it struck and when it healed (End is Start for a
 	// fault that was never healed, as a jumped clock).
 	Start, End time.Duration
+	// Until, if not empty, says what End marks when it is not the heal
+	// ("healthy again"); the schedule then prints it.
+	Until string
 	// Held says the victim held the lock when the fault struck; set by the
 	// run that knows (a chaos run's targeted pauses).
 	Held bool
@@ -144,7 +147,7 @@ func (l *Log) Strike(ctx context.Context, f Fault, held bool) (heal func() error
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			sp := &l.spans[i]
-			sp.What = after.What
+			sp.What, sp.Until = after.What, after.Until
 			sp.End = end
 			if after.End != 0 {
 				sp.End = after.End
@@ -204,7 +207,7 @@ func (l *Log) Injected() int {
 
 // Schedule prints the struck spans compactly, times since t0 on the Log's
 // clock: "w1@0.70s+0.80s* cut A@0.02s+0.21s" (* = the victim held the
-// lock).
+// lock), or with Until "killed leader etcd-1@0.50s, healthy again +0.69s".
 func (l *Log) Schedule(t0 time.Duration) string {
 	var b strings.Builder
 	for _, s := range l.Spans() {
@@ -214,7 +217,11 @@ func (l *Log) Schedule(t0 time.Duration) string {
 		if b.Len() > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "%s@%.2fs+%.2fs", s.What, (s.Start - t0).Seconds(), (s.End - s.Start).Seconds())
+		if s.Until != "" {
+			fmt.Fprintf(&b, "%s@%.2fs, %s +%.2fs", s.What, (s.Start - t0).Seconds(), s.Until, (s.End - s.Start).Seconds())
+		} else {
+			fmt.Fprintf(&b, "%s@%.2fs+%.2fs", s.What, (s.Start - t0).Seconds(), (s.End - s.Start).Seconds())
+		}
 		if s.Held {
 			b.WriteString("*")
 		}

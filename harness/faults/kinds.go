@@ -358,7 +358,7 @@ func (f *LeaderKill) Inject(ctx context.Context) (func() error, error) {
 func (f *LeaderKill) Recovered() <-chan struct{} { return f.ok }
 
 func (f *LeaderKill) Span() Span {
-	s := Span{Lane: ServiceLane, Kind: "leader killed", What: "killed leader"}
+	s := Span{Lane: ServiceLane, Kind: "leader killed", What: "killed leader", Until: "healthy again"}
 	if f.victim != nil {
 		s.What += " " + f.victim.Name()
 	}

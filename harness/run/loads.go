@@ -217,7 +217,8 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 		BeforeWrite: func(ctx context.Context) {
 			defer func() { wroteAt = time.Now() }()
 			start := time.Now()
-			heal, err := e.Log.Strike(ctx, f, true)
+			// The victim held the lock if the fault struck A, not the service.
+			heal, err := e.Log.Strike(ctx, f, f.Span().Lane == 0)
 			if err != nil {
 				faultErr = err
 				return
@@ -373,7 +374,7 @@ func (l *Failover) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, er
 	)
 	errA := load.Increment(ctx, 0, a, s, rec, 0, load.Hooks{BeforeWrite: func(ctx context.Context) {
 		hooked = true
-		if _, faultErr = e.Log.Strike(ctx, f, true); faultErr != nil {
+		if _, faultErr = e.Log.Strike(ctx, f, false); faultErr != nil {
 			close(bDone)
 			return
 		}
