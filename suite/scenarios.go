@@ -194,9 +194,11 @@ const clockJump = time.Minute
 // reports the service as not recovered (an error, not a verdict).
 const recoveryTimeout = 60 * time.Second
 
-// holderFault: the fault scenarios' load.
+// holderFault: the fault scenarios' load, h with the service's health
+// checked and the run explained in its reason.
 func holderFault(h run.Holder) func(*Config, *run.Setup) run.Load {
-	return func(*Config, *run.Setup) run.Load { h.Health, h.Notes = true, true; return &h }
+	h.Health, h.Notes = true, true
+	return func(*Config, *run.Setup) run.Load { l := h; return &l }
 }
 
 // chaos is a chaos scenario's load: the Config's Chaos, with pauses
