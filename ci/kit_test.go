@@ -174,7 +174,7 @@ func TestKitExample(t *testing.T) {
 	t.Logf("kit example: go test in a new directory took %v (build and run; without the chaos scenarios)", time.Since(t0).Round(time.Millisecond))
 
 	rows := readRows(t, jsonReport)
-	got := map[string]string{}
+	got := map[string]report.Verdict{}
 	for _, r := range rows {
 		if r.Backend != "mylock" {
 			t.Errorf("row of backend %q, want mylock", r.Backend)
@@ -186,7 +186,7 @@ func TestKitExample(t *testing.T) {
 		got[mode+" "+r.Scenario] = r.Verdict
 		t.Logf("%s %s: %s %s", mode, r.Scenario, r.Verdict, r.Reason)
 	}
-	for k, want := range map[string]string{
+	for k, want := range map[string]report.Verdict{
 		"unfenced baseline":             report.Kept,
 		"unfenced control":              report.Broken,
 		"unfenced deterministic-pause":  report.Broken,

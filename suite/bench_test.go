@@ -55,7 +55,7 @@ func BenchmarkDeterministicPause(b *testing.B) {
 					if row.Verdict == report.Skipped {
 						b.Skip(row.Reason)
 					}
-					if want := map[bool]string{false: report.Broken, true: report.Kept}[fenced]; row.Verdict != want {
+					if want := map[bool]report.Verdict{false: report.Broken, true: report.Kept}[fenced]; row.Verdict != want {
 						b.Errorf("verdict %s, want %s: %s", row.Verdict, want, row.Reason)
 					}
 					total += time.Duration(row.DurationMS) * time.Millisecond

@@ -50,26 +50,41 @@ type Config struct {
 	// fences. name is unique to the run. Required.
 	NewStore func(ctx context.Context, name string, fenced bool) (fencing.Store, error)
 	// Lease is passed to NewLocker as Client.Lease. Default 500ms, the
-	// reference guide's.
+	// pause-testing guide's ("Testing Distributed Locks Under Pauses").
 	Lease time.Duration
 	// Fenced says whether the store checks fencing tokens. Default false.
 	Fenced bool
-	// ExpectLoss makes the pause scenarios assert that updates ARE lost, to
-	// document that this lock without fencing is unsafe (a spec then fails
-	// if the lock comes out kept). The baseline always asserts that nothing
-	// is lost, and the control always that the harness catches a broken
-	// lock. Default false: every scenario asserts the invariant.
+	// ExpectLoss, unfenced, makes the scenarios whose every fault lets a
+	// second holder in while the first runs on assert that an update IS
+	// lost ("loses …"), to document that this lock without fencing is
+	// unsafe: deterministic-pause, pause-targeted, stall-in-section,
+	// partition-cut, partition-blackhole, session-kill, and failover on a
+	// service that replicates asynchronously (Lagger). The scenarios whose
+	// outcome chance or the service's own timing decides are then measured
+	// ("measures …": the verdict is reported, and only an unknown one
+	// fails): pause-random (a random pause may miss the holder, or land
+	// outside its critical section), stall-goroutine (a lock that renews
+	// from another goroutine survives it), server-stall (whether a stopped
+	// server expires the lease when it runs again), clock-jump (whether
+	// expiry follows the wall clock), failover-load. The rest still assert
+	// the invariant: baseline, chaos-none, long-lease, release-after-expiry,
+	// and failover on a consensus-replicated service. The control always
+	// asserts a lost update. Default false, and ignored when Fenced: every
+	// scenario but the control asserts the invariant ("keeps …", "does not
+	// …"). Read when GinkgoTest registers the specs: it decides their text.
 	ExpectLoss bool
 	// Clients is the number of concurrent clients in the baseline and the
-	// control. Default 3, as in the guide.
+	// control. Default 3, as in the pause-testing guide.
 	Clients int
 	// Duration is how long the baseline and the control run. Default 2s.
 	Duration time.Duration
 	// Work is the time each critical section spends between its read and its
-	// write. Default 20ms, as in the guide.
+	// write. Default 20ms, as in the pause-testing guide.
 	Work time.Duration
-	// StallTimeout bounds how long a pause scenario keeps a holder stalled
-	// waiting for a second client to get the lock. If the lease has not
+	// StallTimeout bounds how long a holder scenario (deterministic-pause,
+	// release-after-expiry, partition-cut, partition-blackhole,
+	// session-kill) keeps a holder stalled or cut off waiting for a second
+	// client to get the lock. If the lease has not
 	// expired by then, the stalled holder is resumed and the lock is judged
 	// by the counter as usual (a lock that never expires is safe, and
 	// blocks). Default 3 × the Locker's expiry (backends.TTLOf) + 2s,
@@ -101,14 +116,17 @@ type Config struct {
 	// starts its clients, then every second until it ends, from another
 	// goroutine, with what the run knows so far. Planned is Duration for the
 	// baseline and the control, the whole schedule for a chaos run, the
-	// lock's expiry (or the stall bound, when it declares none) for the
-	// pause scenarios. For progress displays; Report follows with the
+	// lock's expiry (Lease, when it declares none) for the holder
+	// scenarios. For progress displays; Report follows with the
 	// result. Default nil.
 	Progress func(report.Progress)
 	// Servers, if not nil, is the lock service's own processes, for the
 	// scenarios that fault the server rather than the client (ServerStall,
-	// ClockJump); every fault scenario also checks Servers.Healthy before
-	// its fault and after it heals. Default nil: those two are skipped.
+	// ClockJump, and the failover scenarios, which need a Leaderer); the
+	// fault scenarios also check Servers.Healthy before their fault and
+	// after it heals. Read when GinkgoTest registers the specs (a Lagger
+	// decides what the failover specs assert). Default nil: those
+	// scenarios are skipped.
 	Servers Servers
 
 	workerArgv []string // set by Test: how to run this binary as a worker
@@ -137,7 +155,7 @@ type Chaos struct {
 	// in every result, and the same seed gives the same schedule.
 	Seed uint64
 	// LongLease is the lease of the long-lease scenario, which must be
-	// longer than Pause. Default 2.5 × Pause (the guide: 2 s against 0.8 s).
+	// longer than Pause. Default 2.5 × Pause (the pause-testing guide: 2 s against 0.8 s).
 	LongLease time.Duration
 	_         struct{}
 }

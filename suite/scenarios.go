@@ -6,323 +6,426 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
-	"github.com/locksuite/locksuite/fencing"
-	"github.com/locksuite/locksuite/harness/checker"
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/run"
 	"github.com/locksuite/locksuite/harness/worker"
 )
 
 // Scenario names, as used in labels, results and the CLI's --scenarios.
 const (
-	Baseline           = "baseline"
-	Control            = "control"
+	// Baseline: Clients clients increment for Duration with no faults.
+	Baseline = "baseline"
+	// Control: the same with a lock that grants everyone (fencing off).
+	Control = "control"
+	// DeterministicPause: holder A acquires and reads, then stalls: its
+	// connections to the lock service freeze, renewals included. B's
+	// Acquire returning is the signal that A's lease is gone; B reads and
+	// writes; A resumes and writes what it read.
 	DeterministicPause = "deterministic-pause"
+	// ReleaseAfterExpiry: A stalls until B holds the lock, then releases;
+	// C must not get in while B holds it (fencing off).
 	ReleaseAfterExpiry = "release-after-expiry"
+
+	// ChaosNone: Chaos.Workers worker processes, no fault.
+	ChaosNone = "chaos-none"
+	// PauseRandom: every Chaos.Interval, SIGSTOP a random worker for
+	// Chaos.Pause, then SIGCONT; Chaos.Pauses times (the chaos script of
+	// "Testing Distributed Locks Under Pauses", the pause-testing guide
+	// this suite follows).
+	PauseRandom = "pause-random"
+	// PauseTargeted: the same, but the victim is the worker holding the
+	// lock, stopped after it has read.
+	PauseTargeted = "pause-targeted"
+	// StallInSection: every Chaos.StallEvery-th critical section stops its
+	// whole worker process for Chaos.Pause before its write.
+	StallInSection = "stall-in-section"
+	// StallGoroutine: the same sections sleep Chaos.Pause in the holder's
+	// goroutine only; background renewal goes on.
+	StallGoroutine = "stall-goroutine"
+	// LongLease: PauseRandom with the lease set to Chaos.LongLease, longer
+	// than the pause.
+	LongLease = "long-lease"
+
+	// PartitionCut: A's lock-service path is cut (its connections closed,
+	// new ones refused) until B's section ends, then healed; A still
+	// reaches the store.
+	PartitionCut = "partition-cut"
+	// PartitionBlackhole: the same with a blackhole: A's connections stay
+	// open and everything on them is dropped, in both directions.
+	PartitionBlackhole = "partition-blackhole"
+	// ServerStall: the lock server (a cluster's leader) is stopped with
+	// SIGSTOP for twice the lease's expiry (at least expiry + 500 ms), then
+	// continued (Jepsen's "hammer time"). Needs Config.Servers.
+	ServerStall = "server-stall"
+	// SessionKill: A's server session is terminated from outside while A
+	// holds the lock. Needs a Lease that implements backends.Terminator.
+	SessionKill = "session-kill"
+	// ClockJump: the lock server's wall clock jumps a minute forward while
+	// A holds the lock; B may try until A's lease is three quarters
+	// through, so that A, writing next, is inside its lease by its own
+	// clock. Needs a Member that implements ClockJumper.
+	ClockJump = "clock-jump"
+
+	// Failover: A acquires and reads; the leader (the primary) is killed
+	// before A writes; B tries to acquire while the service fails over.
+	// Needs Config.Servers implementing Leaderer.
+	Failover = "failover"
+	// FailoverLoad: Clients clients increment for Chaos.Duration; halfway,
+	// the leader is killed.
+	FailoverLoad = "failover-load"
 )
 
-// Scenarios lists the scenario names in the order the suite defines them.
-var Scenarios = []string{Baseline, Control, DeterministicPause, ReleaseAfterExpiry}
+// Scenario families: each is a label of its scenarios' specs.
+const (
+	FamilyChaos = "chaos" // worker processes stopped and stalled
+	FamilyFault = "fault" // a holder's network, a server, a session, a clock
+	// FamilyCluster: a cluster's leader killed (the failover scenarios).
+	// Not "failover", which is a scenario's name: a label filter would
+	// select both.
+	FamilyCluster = "cluster"
+)
 
-// skipError is returned by a scenario that cannot run against this Locker.
-type skipError struct{ reason string }
+// Expectation is what a spec asserts about its run's verdict.
+type Expectation int
 
-func (s *skipError) Error() string { return s.reason }
+const (
+	// Keeps: the run must come out kept. Its text says "keeps" or "does
+	// not".
+	Keeps Expectation = iota + 1
+	// Loses: the run must come out broken: the control, and the scenarios
+	// whose every fault lets a second holder in while the first runs on,
+	// unfenced with Config.ExpectLoss. Its text says "loses".
+	Loses
+	// Measures: the run must reach a verdict, kept or broken, and reports
+	// it; nothing more is asserted, because chance or the service's own
+	// timing decides it. Its text says "measures".
+	Measures
+)
 
-// run is one scenario's resources; close releases all of them.
-type run struct {
-	cfg     Config
-	key     string
-	lockers []backends.Locker
-	paths   []*faults.Path // each client's way to the lock service; nil if it dials directly
-	stores  []fencing.Store
-
-	// What the run's timeline shows: its sections and its faults.
-	rec    *history.Recorder
-	mu     sync.Mutex
-	faults []report.Fault
-
-	progress     chan struct{} // closed to stop the Progress reports
-	progressDone sync.WaitGroup
-}
-
-var runSeq atomic.Int64
-
-func newRunID() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// newRun names a fresh lock and counter for one scenario of cfg.
-func newRun(cfg Config, runID, scenario string) *run {
-	f := "unfenced"
-	if cfg.Fenced {
-		f = "fenced"
+// Verdict is the verdict a spec of this expectation asserts, as
+// report.Row.Expected: kept, broken, or measured.
+func (x Expectation) Verdict() report.Verdict {
+	switch x {
+	case Keeps:
+		return report.Kept
+	case Loses:
+		return report.Broken
 	}
-	return &run{cfg: cfg, key: fmt.Sprintf("%s/%s/%s/%s/%s-%d", cfg.Prefix, runID, cfg.Name, f, scenario, runSeq.Add(1))}
+	return report.Measured
 }
 
-// directDial dials without a fault path.
-func directDial(ctx context.Context, network, address string) (net.Conn, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, network, address)
+// Text is a scenario's spec text for each expectation it can have. Each
+// text says what its spec asserts: Keeps starts with "keeps" or "does
+// not", Loses with "loses", Measures with "measures".
+type Text struct {
+	Keeps, Loses, Measures string
 }
 
-// clients makes n Lockers; with proxied, each dials through a fault path
-// of its own.
-func (r *run) clients(ctx context.Context, n int, proxied bool) error {
-	for id := range n {
-		dial := directDial
-		if proxied {
-			p := faults.NewPath()
-			r.paths = append(r.paths, p)
-			dial = p.Dial
-		} else {
-			r.paths = append(r.paths, nil)
+// For is the text of a spec that asserts x.
+func (t Text) For(x Expectation) string {
+	switch x {
+	case Keeps:
+		return t.Keeps
+	case Loses:
+		return t.Loses
+	}
+	return t.Measures
+}
+
+// Scenario is one row of the suite's table: its name, its spec's text for
+// each expectation, its labels, what it expects of a Config, and (not
+// exported) its load and its fault.
+type Scenario struct {
+	Name   string
+	Family string // "" for the core scenarios, else a Family constant
+	Text   Text
+	Labels []string // besides the backend's name, fenced/unfenced and Name
+	// Expect says what the spec asserts for a Config: fenced or not, with
+	// ExpectLoss or not, with Servers that replicate asynchronously or not.
+	Expect func(c *Config) Expectation
+
+	unfenced string                                   // if set, fenced Configs skip with this reason
+	load     func(c *Config, s *run.Setup) run.Load   // the clients
+	fault    func(c *Config, e *run.Env) faults.Fault // nil: none
+	check    func(row report.Row)                     // more assertions, in a spec
+}
+
+// keeps: every Config must keep the invariant.
+func keeps(*Config) Expectation { return Keeps }
+
+// lossy is the rule of Config.ExpectLoss for a scenario whose outcome,
+// unfenced, is x: fenced, or without ExpectLoss, the invariant must hold;
+// unfenced with ExpectLoss, x (Loses where every fault lets a second holder
+// in while the first runs on, Measures where chance or the service's timing
+// decides).
+func lossy(x Expectation) func(*Config) Expectation {
+	return func(c *Config) Expectation {
+		if c.Fenced || !c.ExpectLoss {
+			return Keeps
 		}
-		l, err := r.cfg.NewLocker(ctx, Client{ID: id, Key: r.key, Dial: dial, Lease: r.cfg.Lease})
-		if err != nil {
-			return fmt.Errorf("suite: %s: NewLocker for client %d: %w", r.cfg.Name, id, err)
+		return x
+	}
+}
+
+// lossyIfAsync is lossy for a failover: only a service that replicates
+// asynchronously (Lagger) can lose a grant with its leader; a
+// consensus-replicated one must keep the invariant fenced or not.
+func lossyIfAsync(x Expectation) func(*Config) Expectation {
+	return func(c *Config) Expectation {
+		if _, async := c.Servers.(Lagger); async {
+			return lossy(x)(c)
 		}
-		r.lockers = append(r.lockers, l)
+		return Keeps
+	}
+}
+
+// clockJump is how far ClockJump moves the server's wall clock.
+const clockJump = time.Minute
+
+// recoveryTimeout bounds how long a failover may take before the scenario
+// reports the service as not recovered (an error, not a verdict).
+const recoveryTimeout = 60 * time.Second
+
+// holderFault: the fault scenarios' load, h with the service's health
+// checked and the run explained in its reason.
+func holderFault(h run.Holder) func(*Config, *run.Setup) run.Load {
+	h.Health, h.Notes = true, true
+	return func(*Config, *run.Setup) run.Load { l := h; return &l }
+}
+
+// chaos is a chaos scenario's load: the Config's Chaos, with pauses
+// (random or targeted) or stalls in the given mode.
+func chaos(pauses, targeted bool, stallMode string) func(*Config, *run.Setup) run.Load {
+	return func(c *Config, s *run.Setup) run.Load {
+		ch := c.Chaos
+		w := &run.Workers{Target: target(c), Argv: c.workerArgv, Env: c.WorkerEnv, Count: ch.Workers,
+			For: ch.Duration, Pause: ch.Pause, Interval: ch.Interval, Targeted: targeted, Seed: ch.Seed}
+		if w.Argv == nil {
+			w.Argv = workerArgv("")
+		}
+		if w.Seed == 0 {
+			w.Seed = randomSeed()
+		}
+		if pauses {
+			w.Pauses = ch.Pauses
+		}
+		if stallMode != "" {
+			w.StallEvery, w.StallMode = ch.StallEvery, stallMode
+		}
+		return w
+	}
+}
+
+// freezeA stalls holder A with its renewals.
+func freezeA(_ *Config, e *run.Env) faults.Fault {
+	return &faults.Freeze{Path: e.Paths[0], Locker: e.Lockers[0], Lane: 0, Name: "A"}
+}
+
+// table is the suite: one row per scenario, in the order the specs run.
+var table = []Scenario{
+	{
+		Name: Baseline, Expect: keeps,
+		Text: Text{Keeps: "keeps the counter equal to the acknowledged writes with no faults"},
+		load: func(c *Config, _ *run.Setup) run.Load {
+			return &run.Loop{Clients: c.Clients, For: c.Duration, Work: c.Work}
+		},
+		check: checkBaseline,
+	},
+	{
+		Name: Control, Expect: func(*Config) Expectation { return Loses },
+		Text:     Text{Loses: "loses updates under a lock that grants everyone, and the harness sees it (its own control)"},
+		unfenced: "the control runs with fencing off: fencing rescues even a lock that always grants",
+		load: func(c *Config, _ *run.Setup) run.Load {
+			lockers := make([]backends.Locker, c.Clients)
+			for i := range lockers {
+				lockers[i] = alwaysGrant{}
+			}
+			return &run.Loop{Lockers: lockers, For: c.Duration, Work: max(c.Work, time.Millisecond)}
+		},
+		check: checkControl,
+	},
+	{
+		Name: DeterministicPause, Expect: lossy(Loses),
+		Text: Text{
+			Keeps: "does not lose an update when a holder stalls past its lease",
+			Loses: "loses an update when a holder stalls past its lease",
+		},
+		load:  func(*Config, *run.Setup) run.Load { return &run.Holder{} },
+		fault: freezeA,
+	},
+	{
+		Name: ReleaseAfterExpiry, Expect: keeps,
+		Text:     Text{Keeps: "does not let an expired holder's Release remove the next holder's lock"},
+		unfenced: "release does not involve the store: this runs with fencing off",
+		load:     func(*Config, *run.Setup) run.Load { return run.ReleaseProbe{} },
+		fault:    freezeA,
+	},
+
+	{
+		Name: ChaosNone, Family: FamilyChaos, Expect: keeps,
+		Text: Text{Keeps: "keeps the invariant with worker processes and no faults"},
+		load: chaos(false, false, ""),
+	},
+	{
+		Name: PauseRandom, Family: FamilyChaos, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when random workers are stopped (SIGSTOP) past the lease",
+			Measures: "measures whether an update is lost when random workers are stopped (SIGSTOP) past the lease",
+		},
+		load: chaos(true, false, ""),
+	},
+	{
+		Name: PauseTargeted, Family: FamilyChaos, Expect: lossy(Loses),
+		Text: Text{
+			Keeps: "keeps the invariant when the holder is stopped (SIGSTOP) past the lease",
+			Loses: "loses an update when the holder is stopped (SIGSTOP) past the lease",
+		},
+		load: chaos(true, true, ""),
+	},
+	{
+		Name: StallInSection, Family: FamilyChaos, Expect: lossy(Loses),
+		Text: Text{
+			Keeps: "keeps the invariant when a critical section stalls its whole process past the lease",
+			Loses: "loses an update when a critical section stalls its whole process past the lease",
+		},
+		load: chaos(false, false, worker.StallProcess),
+	},
+	{
+		Name: StallGoroutine, Family: FamilyChaos, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when the holder's goroutine stalls while its process runs on",
+			Measures: "measures whether an update is lost when the holder's goroutine stalls while its process runs on",
+		},
+		load: chaos(false, false, worker.StallGoroutine),
+	},
+	{
+		Name: LongLease, Family: FamilyChaos, Expect: keeps,
+		Text: Text{Keeps: "keeps the invariant when pauses are shorter than the lease"},
+		load: func(c *Config, s *run.Setup) run.Load {
+			s.Lease = c.Chaos.LongLease
+			if s.Lease == 0 {
+				s.Lease = c.Chaos.Pause * 5 / 2
+			}
+			return chaos(true, false, "")(c, s)
+		},
+	},
+
+	{
+		Name: PartitionCut, Family: FamilyFault, Expect: lossy(Loses),
+		Text: Text{
+			Keeps: "does not lose an update when the holder's lock-service path is cut past its lease",
+			Loses: "loses an update when the holder's lock-service path is cut past its lease",
+		},
+		load: holderFault(run.Holder{}),
+		fault: func(_ *Config, e *run.Env) faults.Fault {
+			return &faults.Partition{Path: e.Paths[0], Lane: 0, Name: "A"}
+		},
+	},
+	{
+		Name: PartitionBlackhole, Family: FamilyFault, Expect: lossy(Loses),
+		Text: Text{
+			Keeps: "does not lose an update when the holder's lock-service path is blackholed past its lease",
+			Loses: "loses an update when the holder's lock-service path is blackholed past its lease",
+		},
+		load: holderFault(run.Holder{}),
+		fault: func(_ *Config, e *run.Env) faults.Fault {
+			return &faults.Partition{Path: e.Paths[0], Blackhole: true, Lane: 0, Name: "A"}
+		},
+	},
+	{
+		Name: ServerStall, Family: FamilyFault, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "does not lose an update when the lock server is stopped (SIGSTOP) past the lease",
+			Measures: "measures whether an update is lost when the lock server is stopped (SIGSTOP) past the lease",
+		},
+		// The stop lasts 2 × expiry (at least expiry + 500 ms); B then
+		// has expiry + 1 s more.
+		load: holderFault(run.Holder{
+			Hold:   func(e *run.Env) time.Duration { x := e.Expiry(); return max(2*x, x+500*time.Millisecond) },
+			Window: func(e *run.Env, _ time.Time) time.Duration { return e.Expiry() + time.Second },
+		}),
+		fault: func(c *Config, _ *run.Env) faults.Fault { return &faults.ServerStop{Service: c.Servers} },
+	},
+	{
+		Name: SessionKill, Family: FamilyFault, Expect: lossy(Loses),
+		Text: Text{
+			Keeps: "does not lose an update when the holder's server session is terminated",
+			Loses: "loses an update when the holder's server session is terminated",
+		},
+		load: holderFault(run.Holder{}),
+		fault: func(_ *Config, e *run.Env) faults.Fault {
+			return &faults.SessionKill{Lease: e.Lease0, Lane: 0, Name: "A"}
+		},
+	},
+	{
+		Name: ClockJump, Family: FamilyFault, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "does not lose an update when the lock server's wall clock jumps forward",
+			Measures: "measures whether an update is lost when the lock server's wall clock jumps forward",
+		},
+		// B tries until A's lease is three quarters through, by the
+		// harness's clock: what B gets, it gets from the jump alone.
+		load: holderFault(run.Holder{Window: func(e *run.Env, granted time.Time) time.Duration {
+			return max(time.Until(granted.Add(e.TTL()*3/4)), time.Millisecond)
+		}}),
+		fault: func(c *Config, _ *run.Env) faults.Fault { return &faults.ClockJump{Service: c.Servers, By: clockJump} },
+	},
+
+	{
+		Name: Failover, Family: FamilyCluster, Expect: lossyIfAsync(Loses),
+		Text: Text{
+			Keeps: "keeps the invariant when the leader is killed while a holder is about to write",
+			Loses: "loses an update when the primary, its replicas lagging, is killed while a holder is about to write",
+		},
+		load:  func(*Config, *run.Setup) run.Load { return &run.Failover{Recovery: recoveryTimeout} },
+		fault: leaderKill,
+	},
+	{
+		Name: FailoverLoad, Family: FamilyCluster, Expect: lossyIfAsync(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when the leader is killed under load",
+			Measures: "measures whether an update is lost when the primary, its replicas lagging, is killed under load",
+		},
+		load: func(c *Config, _ *run.Setup) run.Load {
+			return &run.Loop{Clients: c.Clients, For: c.Chaos.Duration, Work: c.Work, Retry: true}
+		},
+		fault: leaderKill,
+	},
+}
+
+func leaderKill(c *Config, e *run.Env) faults.Fault {
+	return &faults.LeaderKill{Service: c.Servers, Recovery: recoveryTimeout, Clock: e.Now}
+}
+
+// Scenarios returns the suite's scenarios, in the order the specs run.
+func Scenarios() []Scenario { return append([]Scenario(nil), table...) }
+
+// Names lists the names of the scenarios of family ("" for the core ones).
+func Names(family string) []string {
+	var out []string
+	for _, sc := range table {
+		if sc.Family == family {
+			out = append(out, sc.Name)
+		}
+	}
+	return out
+}
+
+func scenarioNamed(name string) *Scenario {
+	for i := range table {
+		if table[i].Name == name {
+			return &table[i]
+		}
 	}
 	return nil
-}
-
-func (r *run) store(ctx context.Context, fenced bool) (fencing.Store, error) {
-	s, err := r.cfg.NewStore(ctx, r.key, fenced)
-	if err != nil {
-		return nil, fmt.Errorf("suite: %s: NewStore: %w", r.cfg.Name, err)
-	}
-	r.stores = append(r.stores, s)
-	return s, nil
-}
-
-func (r *run) close() {
-	if r.progress != nil {
-		close(r.progress)
-		r.progressDone.Wait()
-	}
-	for _, p := range r.paths {
-		if p != nil {
-			p.Heal()
-		}
-	}
-	// What the lock left on the server (fence counters, keys, sequences):
-	// the first client cleans for all, once the others are closed.
-	for i := len(r.lockers) - 1; i >= 0; i-- {
-		if c, ok := r.lockers[i].(backends.Cleaner); ok && i == 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = c.Cleanup(ctx)
-			cancel()
-		}
-		_ = r.lockers[i].Close()
-	}
-	for _, p := range r.paths {
-		if p != nil {
-			_ = p.Close()
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for _, s := range r.stores {
-		_ = s.Close(ctx)
-	}
-}
-
-// started reports the scenario's progress to Config.Progress now and every
-// second until the run closes.
-func (r *run) started(scenario string, planned time.Duration) {
-	if r.cfg.Progress == nil || r.rec == nil {
-		return
-	}
-	t0 := time.Now()
-	report1 := func() {
-		p := report.Progress{Scenario: scenario, Elapsed: time.Since(t0), Planned: planned}
-		secs := r.rec.Sections()
-		in := map[int]bool{}
-		for _, o := range checker.Overlaps(secs) {
-			in[o.A], in[o.B] = true, true
-		}
-		p.Sections, p.Overlaps = len(secs), len(in)
-		for _, s := range secs {
-			if s.Outcome == history.Rejected {
-				p.Rejected++
-			}
-		}
-		r.cfg.Progress(p)
-	}
-	report1()
-	r.progress = make(chan struct{})
-	r.progressDone.Add(1)
-	go func() {
-		defer r.progressDone.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				report1()
-			case <-r.progress:
-				return
-			}
-		}
-	}()
-}
-
-// expiry is how long a stalled holder's lease takes to run out, as far as
-// the Locker says, else the stall bound.
-func expiry(cfg Config, l backends.Locker) time.Duration {
-	if _, e, ok := backends.TTLOf(l); ok {
-		return e
-	}
-	return stallTimeout(cfg, l)
-}
-
-// recorder starts the run's history.
-func (r *run) recorder() *history.Recorder {
-	r.rec = history.NewRecorder()
-	return r.rec
-}
-
-// fault records that client could not run from start to end (recorder time).
-func (r *run) fault(client int, start, end time.Duration, kind string) {
-	r.mu.Lock()
-	r.faults = append(r.faults, report.Fault{Client: client, Start: start, End: end, Kind: kind})
-	r.mu.Unlock()
-}
-
-// keep writes the run's history (a report.Timeline as JSON) and its HTML
-// timeline into Config.Artifacts, if set, and names them in the row.
-func (r *run) keep(row report.Row) report.Row {
-	dir := r.cfg.Artifacts
-	if dir == "" || r.rec == nil {
-		return row
-	}
-	r.mu.Lock()
-	t := report.Timeline{Row: row, Key: r.key, Sections: r.rec.Sections(), Faults: append([]report.Fault(nil), r.faults...)}
-	r.mu.Unlock()
-	base := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(r.key))
-	for _, f := range []struct {
-		ext   string
-		write func(io.Writer) error
-	}{{".json", t.WriteJSON}, {".html", func(w io.Writer) error { return report.WriteHTML(w, t) }}} {
-		if err := writeFile(base+f.ext, f.write); err != nil {
-			fmt.Fprintf(os.Stderr, "locksuite: keeping the run's %s: %v\n", f.ext, err)
-			continue
-		}
-		row.Artifacts = append(row.Artifacts, base+f.ext)
-	}
-	return row
-}
-
-func writeFile(path string, write func(io.Writer) error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	err = write(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// row fills the result's identity and figures.
-func (r *run) row(scenario string, res checker.Result, fenced bool, d time.Duration) report.Row {
-	lease := r.cfg.Lease
-	if len(r.lockers) > 0 {
-		if t, _, ok := backends.TTLOf(r.lockers[0]); ok {
-			lease = t
-		}
-	}
-	return report.Row{
-		Backend: r.cfg.Name, Fencing: fenced, Scenario: scenario,
-		Writes: res.Writes, Counter: res.Counter, Lost: res.Lost, Overlaps: res.Overlaps, Rejected: res.Rejected,
-		Verdict: res.Verdict.String(), Reason: res.Reason, Linearizable: string(res.Linearizable), LeaseMS: lease.Milliseconds(), DurationMS: d.Milliseconds(),
-	}
-}
-
-// probeTimeout bounds the first Acquire of a free lock.
-const probeTimeout = 10 * time.Second
-
-// setup makes n clients dialling the lock service directly, skips a fenced
-// run whose Locker gives no token, and opens the run's counter.
-func (r *run) setup(ctx context.Context, n int) (fencing.Store, error) {
-	if err := r.clients(ctx, n, false); err != nil {
-		return nil, err
-	}
-	if err := requireFence(ctx, r.cfg, r.lockers[0]); err != nil {
-		return nil, err
-	}
-	return r.store(ctx, r.cfg.Fenced)
-}
-
-// requireFence skips a fenced scenario for a Locker that gives no token.
-func requireFence(ctx context.Context, cfg Config, l backends.Locker) error {
-	if !cfg.Fenced {
-		return nil
-	}
-	// A free lock: a bound, for a Locker that never grants.
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	lease, err := load.Acquire(pctx, l)
-	if err != nil {
-		return fmt.Errorf("suite: %s: the first Acquire of a free lock (a probe for its fence): %w", cfg.Name, err)
-	}
-	defer lease.Release(context.WithoutCancel(ctx))
-	if lease.Fence() == 0 {
-		return &skipError{"the backend gives no fencing token (Lease.Fence() is 0)"}
-	}
-	return nil
-}
-
-// finish reads the final counter and judges the history with both
-// checkers (checker.Judge): the counter check, and linearizability.
-func finish(ctx context.Context, s fencing.Store, rec *history.Recorder) checker.Result {
-	counter, err := s.Value(ctx)
-	if err != nil {
-		return checker.Result{Verdict: checker.Unknown, Reason: fmt.Sprintf("reading the final counter: %v", err)}
-	}
-	res := checker.Judge(rec.Sections(), counter, checker.DefaultLinearizeTimeout)
-	res.Rejected = int(s.Rejected())
-	return res
-}
-
-// runBaseline: Clients clients increment for Duration with no faults. The
-// invariant must hold and no accepted sections may overlap: otherwise the
-// harness is measuring itself.
-func runBaseline(ctx context.Context, cfg Config, runID string) (report.Row, error) {
-	r := newRun(cfg, runID, Baseline)
-	defer r.close()
-	s, err := r.setup(ctx, cfg.Clients)
-	if err != nil {
-		return report.Row{}, err
-	}
-	rec := r.recorder()
-	r.started(Baseline, cfg.Duration)
-	t0 := time.Now()
-	if err := load.Run(ctx, r.lockers, s, rec, cfg.Work, cfg.Duration); err != nil {
-		return report.Row{}, err
-	}
-	return r.keep(r.row(Baseline, finish(ctx, s, rec), cfg.Fenced, time.Since(t0))), nil
 }
 
 // alwaysGrant is the control: a "lock" that grants every Acquire at once,
@@ -337,176 +440,61 @@ type grant struct{}
 func (grant) Fence() uint64                 { return 0 }
 func (grant) Release(context.Context) error { return nil }
 
-// runControl runs the baseline's load with a lock that always grants, on an
-// unfenced counter of the backend's store: the checker must call it broken.
-func runControl(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+var runSeq atomic.Int64
+
+func newRunID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// setup is what the run of scenario sc is told about cfg.
+func setup(cfg *Config, runID, scenario string) run.Setup {
+	f := "unfenced"
 	if cfg.Fenced {
-		return report.Row{}, &skipError{"the control runs with fencing off: fencing rescues even a lock that always grants"}
+		f = "fenced"
 	}
-	r := newRun(cfg, runID, Control)
-	defer r.close()
-	lockers := make([]backends.Locker, cfg.Clients)
-	for i := range lockers {
-		lockers[i] = alwaysGrant{}
+	key := fmt.Sprintf("%s/%s/%s/%s/%s-%d", cfg.Prefix, runID, cfg.Name, f, scenario, runSeq.Add(1))
+	return run.Setup{
+		Backend: cfg.Name, Scenario: scenario, Fenced: cfg.Fenced, Key: key,
+		Lease: cfg.Lease, Work: cfg.Work, StallTimeout: cfg.StallTimeout,
+		NewLocker: func(ctx context.Context, id int, dial run.Dialer, lease time.Duration) (backends.Locker, error) {
+			return cfg.NewLocker(ctx, Client{ID: id, Key: key, Dial: dial, Lease: lease})
+		},
+		NewStore: cfg.NewStore, Service: cfg.Servers, Artifacts: cfg.Artifacts, Progress: cfg.Progress,
+		Explain: func(err error) error { return explain(*cfg, scenario, err) },
 	}
-	s, err := r.store(ctx, false)
-	if err != nil {
-		return report.Row{}, err
-	}
-	rec := r.recorder()
-	r.started(Control, cfg.Duration)
-	t0 := time.Now()
-	work := max(cfg.Work, time.Millisecond)
-	if err := load.Run(ctx, lockers, s, rec, work, cfg.Duration); err != nil {
-		return report.Row{}, err
-	}
-	row := r.row(Control, finish(ctx, s, rec), false, time.Since(t0))
-	row.LeaseMS = 0
-	return r.keep(row), nil
 }
 
-// stallTimeout is how long a stalled holder waits for the second client.
-func stallTimeout(cfg Config, l backends.Locker) time.Duration {
-	if cfg.StallTimeout > 0 {
-		return cfg.StallTimeout
+// run runs sc once for cfg: a skipped run returns an error wrapping
+// faults.ErrNotApplicable.
+func (sc *Scenario) run(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+	if cfg.Fenced && sc.unfenced != "" {
+		return report.Row{}, faults.NotApplicable(sc.unfenced)
 	}
-	if _, e, ok := backends.TTLOf(l); ok {
-		return 3*e + 2*time.Second
+	s := setup(&cfg, runID, sc.Name)
+	l := sc.load(&cfg, &s)
+	var fault func(*run.Env) faults.Fault
+	if sc.fault != nil {
+		fault = func(e *run.Env) faults.Fault { return sc.fault(&cfg, e) }
 	}
-	return 30 * time.Second
+	return run.Execute(ctx, s, l, fault)
 }
 
-// path returns client i's fault path if the client has dialled through it
-// (call it once the client has acquired once); nil otherwise.
-func (r *run) path(i int) *faults.Path {
-	if p := r.paths[i]; p != nil && p.Dials() > 0 {
-		return p
+// skipped is the row of a run that does not apply, and its reason; ok is
+// false for any other error.
+func skipped(cfg Config, scenario string, err error) (report.Row, bool) {
+	if !errors.Is(err, faults.ErrNotApplicable) {
+		return report.Row{}, false
 	}
-	return nil
-}
-
-// noDial is the reason a network fault skips a Locker that dials nothing
-// through Client.Dial.
-const noDial = "the Locker made no connection through Client.Dial, so its network cannot be faulted: pass Client.Dial to the client library's dialer hook, or implement backends.Freezer"
-
-// freezer returns how to stall client i with its renewals: its fault path,
-// or the Locker's own Freezer; a skip when there is neither. Call it once
-// client i has acquired once.
-func (r *run) freezer(i int) (freeze func() (thaw func()), err error) {
-	if p := r.path(i); p != nil {
-		return func() func() { p.Freeze(); return p.Thaw }, nil
-	}
-	if f, ok := r.lockers[i].(backends.Freezer); ok {
-		return f.Freeze, nil
-	}
-	return nil, &skipError{noDial}
-}
-
-// warm lets client i acquire and release the free lock once, so that it
-// has connected (and a fault path knows whether it is used), and skips a
-// fenced run whose Locker gives no token.
-func (r *run) warm(ctx context.Context, i int) error {
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	lease, err := load.Acquire(pctx, r.lockers[i])
-	if err != nil {
-		return fmt.Errorf("suite: %s: the first Acquire of a free lock: %w", r.cfg.Name, err)
-	}
-	fence := lease.Fence()
-	if err := lease.Release(ctx); err != nil {
-		return fmt.Errorf("suite: %s: releasing the first lease: %w", r.cfg.Name, err)
-	}
-	if r.cfg.Fenced && fence == 0 {
-		return &skipError{"the backend gives no fencing token (Lease.Fence() is 0)"}
-	}
-	return nil
-}
-
-// runDeterministicPause is the guide's deterministic test. Holder A acquires
-// and reads, then stalls: its connections to the lock service freeze, so its
-// renewals stop as in a GC or VM stall. B's Acquire returning is the signal
-// that A's lease is gone; B reads and writes. Then A resumes and writes the
-// value it read before the stall. Unfenced, B's update is lost; fenced, the
-// store rejects A's write.
-func runDeterministicPause(ctx context.Context, cfg Config, runID string) (report.Row, error) {
-	r := newRun(cfg, runID, DeterministicPause)
-	defer r.close()
-	if err := r.clients(ctx, 2, true); err != nil {
-		return report.Row{}, err
-	}
-	if err := r.warm(ctx, 0); err != nil {
-		return report.Row{}, err
-	}
-	freeze, err := r.freezer(0)
-	if err != nil {
-		return report.Row{}, err
-	}
-	a, b := r.lockers[0], r.lockers[1]
-	s, err := r.store(ctx, cfg.Fenced)
-	if err != nil {
-		return report.Row{}, err
-	}
-	rec := r.recorder()
-	r.started(DeterministicPause, expiry(cfg, a))
-	t0 := time.Now()
-	var (
-		wg      sync.WaitGroup
-		errB    error
-		timeout = stallTimeout(cfg, a)
-	)
-	// A bound on the whole, for a Locker that never grants a free lock.
-	ctx, cancel := context.WithTimeout(ctx, 2*probeTimeout+timeout)
-	defer cancel()
-	errA := load.Increment(ctx, 0, a, s, rec, 0, load.Hooks{BeforeWrite: func(ctx context.Context) {
-		frozen := rec.Now()
-		thaw := freeze()
-		defer func() { thaw(); r.fault(0, frozen, rec.Now(), "freeze") }()
-		bctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errB = load.Increment(bctx, 1, b, s, rec, 0, load.Hooks{})
-		}()
-		// Wait for B's section to end, or the stall bound to pass: a
-		// lease that never expires keeps B out, which is safe.
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-bctx.Done():
-		}
-	}})
-	wg.Wait()
-	d := time.Since(t0)
-	if errA != nil && !errors.Is(errA, fencing.ErrStale) {
-		return report.Row{}, fmt.Errorf("holder A: %w", errA)
-	}
-	secs := rec.Sections()
-	if cfg.Fenced && len(secs) > 0 && secs[0].Fence == 0 {
-		return report.Row{}, &skipError{"the backend gives no fencing token (Lease.Fence() is 0)"}
-	}
-	if errB != nil && !errors.Is(errB, context.DeadlineExceeded) {
-		return report.Row{}, fmt.Errorf("holder B: %w", errB)
-	}
-	res := finish(ctx, s, rec)
-	if errB != nil { // B never got in: the lease outlived the stall bound
-		// B gets its turn now that A released, so the counter shows both.
-		if err := load.Increment(ctx, 1, b, s, rec, 0, load.Hooks{}); err != nil && !errors.Is(err, fencing.ErrStale) {
-			return report.Row{}, fmt.Errorf("holder B after the stall: %w", err)
-		}
-		res = finish(ctx, s, rec)
-		if res.Verdict == checker.Kept {
-			res.Reason = fmt.Sprintf("the lease did not expire within the %v stall: B waited", timeout)
-		}
-	}
-	return r.keep(r.row(DeterministicPause, res, cfg.Fenced, d)), nil
+	return report.Row{Backend: cfg.Name, Fencing: cfg.Fenced, Scenario: scenario, Verdict: report.Skipped,
+		Reason: err.Error(), LeaseMS: cfg.Lease.Milliseconds()}, true
 }
 
 // Run runs one scenario once for cfg outside Ginkgo and returns its result,
-// judged but not asserted: for benchmarks and tools. A scenario that cannot
-// run against this Locker returns a row whose Verdict is report.Skipped, with
-// the reason, and a nil error.
+// judged but not asserted (Row.Expected is empty): for benchmarks and
+// tools. A scenario that cannot run against this Locker returns a row
+// whose Verdict is report.Skipped, with the reason, and a nil error.
 //
 // In a chaos worker process started by Run, Run for the worker's Config
 // serves as the worker and exits the process: a tool that calls Run must
@@ -514,7 +502,8 @@ func runDeterministicPause(ctx context.Context, cfg Config, runID string) (repor
 //
 // A panic of the Locker, Lease or Store under test, and an Acquire that
 // does not return once its context is done, end the scenario with an error
-// saying so (the scenario's clients, proxies and counter are removed first).
+// saying so (the scenario's clients, proxies and counter are removed
+// first).
 func Run(ctx context.Context, cfg Config, scenario string) (row report.Row, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -528,121 +517,22 @@ func Run(ctx context.Context, cfg Config, scenario string) (row report.Row, err 
 	if err := cfg.Validate(); err != nil {
 		return report.Row{}, err
 	}
-	switch scenario {
-	case Baseline:
-		row, err = runBaseline(ctx, cfg, newRunID())
-	case Control:
-		row, err = runControl(ctx, cfg, newRunID())
-	case DeterministicPause:
-		row, err = runDeterministicPause(ctx, cfg, newRunID())
-	case ReleaseAfterExpiry:
-		row, err = runReleaseAfterExpiry(ctx, cfg, newRunID())
-	case Failover:
-		row, err = runFailover(ctx, cfg, newRunID())
-	case FailoverLoad:
-		row, err = runFailoverLoad(ctx, cfg, newRunID())
-	default:
-		switch {
-		case isChaos(scenario):
-			row, err = runChaos(ctx, cfg, newRunID(), scenario)
-		case isFault(scenario):
-			row, err = runFault(ctx, cfg, newRunID(), scenario)
-		default:
-			return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %v, %v, %v or %v", scenario, Scenarios, ChaosScenarios, FaultScenarios, FailoverScenarios)
+	sc := scenarioNamed(scenario)
+	if sc == nil {
+		var names []string
+		for _, s := range table {
+			names = append(names, s.Name)
 		}
+		return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %s", scenario, strings.Join(names, ", "))
 	}
-	var skip *skipError
-	if errors.As(err, &skip) {
-		return report.Row{Backend: cfg.Name, Fencing: cfg.Fenced, Scenario: scenario, Verdict: report.Skipped, Reason: skip.reason}, nil
+	row, err = sc.run(ctx, cfg, newRunID())
+	if r, ok := skipped(cfg, scenario, err); ok {
+		r.LeaseMS = 0
+		return r, nil
 	}
 	err = explain(cfg, scenario, err)
 	if err != nil && !strings.HasPrefix(err.Error(), "suite: ") {
 		err = fmt.Errorf("suite: %s: %s: %w", cfg.Name, scenario, err)
 	}
 	return row, err
-}
-
-// runReleaseAfterExpiry checks the Lease contract that makes a stall
-// survivable at all: a holder whose lease expired must not, when it wakes
-// and releases, remove the next holder's lock. A acquires and stalls until B
-// gets the lock; A resumes and calls Release; then C tries to acquire for a
-// quarter of the lease, while B still holds it. C getting in means A's
-// Release deleted B's lock (release without the ownership compare).
-func runReleaseAfterExpiry(ctx context.Context, cfg Config, runID string) (report.Row, error) {
-	if cfg.Fenced {
-		return report.Row{}, &skipError{"release does not involve the store: this runs with fencing off"}
-	}
-	r := newRun(cfg, runID, ReleaseAfterExpiry)
-	defer r.close()
-	if err := r.clients(ctx, 3, true); err != nil {
-		return report.Row{}, err
-	}
-	if err := r.warm(ctx, 0); err != nil {
-		return report.Row{}, err
-	}
-	freeze, err := r.freezer(0)
-	if err != nil {
-		return report.Row{}, err
-	}
-	a, b, c := r.lockers[0], r.lockers[1], r.lockers[2]
-	// The timeline: each client's hold, from Acquire returning to Release
-	// (or the scenario's end), none of them writing.
-	rec := r.recorder()
-	hold := func(id int, asked, start time.Duration) {
-		rec.Add(history.Section{Client: id, Asked: asked, Start: start, End: rec.Now(), Outcome: history.Aborted})
-	}
-	r.started(ReleaseAfterExpiry, expiry(cfg, a))
-	t0 := time.Now()
-	askedA := rec.Now()
-	// A bound, for a Locker that never grants; long enough for the whole
-	// scenario, in case the Lease depends on Acquire's context.
-	actx, cancelA := context.WithTimeout(ctx, 2*probeTimeout+stallTimeout(cfg, a))
-	defer cancelA()
-	la, err := load.Acquire(actx, a)
-	if err != nil {
-		return report.Row{}, fmt.Errorf("holder A: %w", err)
-	}
-	startA, frozen := rec.Now(), rec.Now()
-	thaw := freeze()
-	bctx, cancel := context.WithTimeout(ctx, stallTimeout(cfg, a))
-	askedB := rec.Now()
-	lb, err := load.Acquire(bctx, b)
-	startB := rec.Now()
-	cancel()
-	thaw()
-	r.fault(0, frozen, rec.Now(), "freeze")
-	if err != nil {
-		_ = la.Release(ctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			return report.Row{}, &skipError{"the lease did not expire while its holder stalled, so no second holder got in"}
-		}
-		return report.Row{}, fmt.Errorf("holder B: %w", err)
-	}
-	defer lb.Release(context.WithoutCancel(ctx))
-	if err := la.Release(ctx); err != nil {
-		return report.Row{}, fmt.Errorf("holder A's late Release returned an error (it must return nil for a lease that is no longer its own): %w", err)
-	}
-	hold(0, askedA, startA)
-	lease := cfg.Lease
-	if t, _, ok := backends.TTLOf(a); ok {
-		lease = t
-	}
-	cctx, cancel := context.WithTimeout(ctx, max(lease/4, 20*time.Millisecond))
-	askedC := rec.Now()
-	lc, err := load.Acquire(cctx, c)
-	cancel()
-	row := report.Row{Backend: cfg.Name, Scenario: ReleaseAfterExpiry, LeaseMS: lease.Milliseconds(), Verdict: report.Kept}
-	switch {
-	case err == nil:
-		startC := rec.Now()
-		_ = lc.Release(ctx)
-		hold(2, askedC, startC)
-		row.Verdict = report.Broken
-		row.Reason = "the expired holder's Release removed the next holder's lock: a third client acquired it while the second held it"
-	case !errors.Is(err, context.DeadlineExceeded):
-		return report.Row{}, fmt.Errorf("client C: %w", err)
-	}
-	hold(1, askedB, startB)
-	row.DurationMS = time.Since(t0).Milliseconds()
-	return r.keep(row), nil
 }

@@ -11,13 +11,17 @@
 //   - GinkgoTest(&cfg) only registers them, inside an existing Ginkgo suite;
 //     the suite reads *cfg when each spec runs, so a BeforeEach may change it.
 //
-// Every spec checks the counter invariant (each acknowledged write is in the
-// counter exactly once), not that a lock was acquired. Labels: the backend's
-// Name, "fenced" or "unfenced", and the scenario (Scenarios).
+// Every spec judges the counter invariant (each acknowledged write is in
+// the counter exactly once), not that a lock was acquired, and its text says
+// what it asserts: "keeps …" or "does not …" (the invariant must hold),
+// "loses …" (it must break: the control, and ExpectLoss), or "measures …"
+// (the verdict is reported, not asserted). The scenarios are one table
+// (Scenarios); each run is built by harness/run. Labels: the backend's
+// Name, "fenced" or "unfenced", the scenario's name, and its family
+// ("chaos", "fault", "cluster").
 package suite
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -54,7 +58,9 @@ func Test(t GinkgoTestingT, cfgs ...Config) bool {
 
 // GinkgoTest registers the specs for *cfg in the current Ginkgo suite
 // without running them. It may be called several times, for several
-// backends or fencing modes, before one RunSpecs.
+// backends or fencing modes, before one RunSpecs. cfg's Name, Fenced,
+// ExpectLoss and Servers are read now: they decide what each spec asserts,
+// and so its text; the rest is read when each spec runs.
 //
 // In a chaos worker process (see harness/worker), GinkgoTest for the
 // worker's Config runs the worker and exits the process instead.
@@ -74,75 +80,70 @@ func GinkgoTest(cfg *Config) {
 			c = *cfg
 			Expect(c.Validate()).To(Succeed())
 		})
-		// record reports a row, attaches it to the Ginkgo report, and skips
-		// or fails by the scenario's outcome.
-		record := func(scenario string, row report.Row, err error) report.Row {
-			GinkgoHelper()
-			var skip *skipError
-			if errors.As(err, &skip) {
-				row = report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: scenario, Verdict: report.Skipped,
-					Reason: skip.reason, LeaseMS: c.Lease.Milliseconds()}
+		for i := range table {
+			sc := &table[i]
+			want := sc.Expect(cfg)
+			labels := append([]string{sc.Name}, sc.Labels...)
+			if sc.Family != "" {
+				labels = append(labels, sc.Family)
+			}
+			It(sc.Text.For(want), Label(labels...), func(ctx SpecContext) {
+				row, err := sc.run(ctx, c, runID)
+				if r, ok := skipped(c, sc.Name, err); ok {
+					publish(c, r)
+					Skip(r.Reason)
+				}
+				if err != nil {
+					// No verdict: the row says why, so that a report (and
+					// the CLI's exit status) shows the run as unknown, not
+					// missing.
+					err = explain(c, sc.Name, err)
+					publish(c, report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: sc.Name, Verdict: report.Unknown,
+						Reason: err.Error(), LeaseMS: c.Lease.Milliseconds(), Expected: want.Verdict()})
+					Fail(err.Error())
+				}
+				row.Expected = want.Verdict()
 				publish(c, row)
-				Skip(skip.reason)
-			}
-			if err != nil {
-				// No verdict: the row says why, so that a report (and the
-				// CLI's exit status) shows the run as unknown, not missing.
-				err = explain(c, scenario, err)
-				publish(c, report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: scenario, Verdict: report.Unknown,
-					Reason: err.Error(), LeaseMS: c.Lease.Milliseconds()})
-				Fail(err.Error())
-			}
-			return row
+				if row.Schedule != "" {
+					GinkgoWriter.Printf("seed %d, faults: %s; health: %s; %s\n", row.Seed, row.Schedule, row.Health, row.Reason)
+				}
+				assertVerdict(row, want)
+				if sc.check != nil {
+					sc.check(row)
+				}
+			}, SpecTimeout(specTimeout))
 		}
-
-		It("keeps the counter equal to the acknowledged writes with no faults", Label(Baseline), func(ctx SpecContext) {
-			row, err := runBaseline(ctx, c, runID)
-			row = record(Baseline, row, err)
-			row.Expected = report.Kept
-			publish(c, row)
-			Expect(row.Writes).To(BeNumerically(">", 0), "no client wrote anything in %v", c.Duration)
-			Expect(row.Verdict).To(Equal(report.Kept), "with no faults: %s", row.Reason)
-			Expect(row.Overlaps).To(BeZero(), "with no faults, %d acknowledged critical sections overlapped another: the lock was not exclusive, or the harness measures itself", row.Overlaps)
-			Expect(row.Linearizable).To(Equal("ok"), "with no faults, the history must be linearizable")
-		}, SpecTimeout(specTimeout))
-
-		It("catches a lock that grants to everyone (the harness's own control)", Label(Control), func(ctx SpecContext) {
-			row, err := runControl(ctx, c, runID)
-			row = record(Control, row, err)
-			row.Expected = report.Broken
-			publish(c, row)
-			Expect(row.Verdict).To(Equal(report.Broken),
-				"a lock that always grants came out %s (%d writes, counter %d): the harness cannot see lost updates", row.Verdict, row.Writes, row.Counter)
-			Expect(row.Linearizable).To(Equal("illegal"), "the linearizability check did not catch a lock that always grants")
-		}, SpecTimeout(specTimeout))
-
-		It("does not lose an update when a holder stalls past its lease", Label(DeterministicPause), func(ctx SpecContext) {
-			row, err := runDeterministicPause(ctx, c, runID)
-			row = record(DeterministicPause, row, err)
-			if c.ExpectLoss {
-				row.Expected = report.Broken
-				publish(c, row)
-				Expect(row.Verdict).To(Equal(report.Broken), "ExpectLoss is set, but the stalled holder lost no update: %d writes, counter %d (%s)", row.Writes, row.Counter, row.Reason)
-				return
-			}
-			row.Expected = report.Kept
-			publish(c, row)
-			Expect(row.Verdict).To(Equal(report.Kept), row.Reason)
-		}, SpecTimeout(specTimeout))
-
-		It("does not let an expired holder's Release remove the next holder's lock", Label(ReleaseAfterExpiry), func(ctx SpecContext) {
-			row, err := runReleaseAfterExpiry(ctx, c, runID)
-			row = record(ReleaseAfterExpiry, row, err)
-			row.Expected = report.Kept
-			publish(c, row)
-			Expect(row.Verdict).To(Equal(report.Kept), row.Reason)
-		}, SpecTimeout(specTimeout))
-
-		chaosSpecs(&c, runID, record)
-		failoverSpecs(&c, runID, record)
-		faultSpecs(&c, runID, record)
 	})
+}
+
+// assertVerdict asserts what want says of row's verdict.
+func assertVerdict(row report.Row, want Expectation) {
+	GinkgoHelper()
+	switch want {
+	case Keeps:
+		Expect(row.Verdict).To(Equal(report.Kept), "%s (seed %d, faults %s)", row.Reason, row.Seed, row.Schedule)
+	case Loses:
+		Expect(row.Verdict).To(Equal(report.Broken), "the run was expected to lose an update (the control, or ExpectLoss unfenced), but it lost none: %d writes, counter %d (%s; seed %d, faults %s)",
+			row.Writes, row.Counter, row.Reason, row.Seed, row.Schedule)
+	default:
+		Expect(row.Verdict).NotTo(Equal(report.Unknown), row.Reason)
+	}
+}
+
+// checkBaseline: with no faults, clients wrote, no acknowledged sections
+// overlapped, and the history is linearizable: otherwise the harness
+// measures itself.
+func checkBaseline(row report.Row) {
+	GinkgoHelper()
+	Expect(row.Writes).To(BeNumerically(">", 0), "no client wrote anything")
+	Expect(row.Overlaps).To(BeZero(), "with no faults, %d acknowledged critical sections overlapped another: the lock was not exclusive, or the harness measures itself", row.Overlaps)
+	Expect(row.Linearizable).To(Equal("ok"), "with no faults, the history must be linearizable")
+}
+
+// checkControl: the second checker catches the control too.
+func checkControl(row report.Row) {
+	GinkgoHelper()
+	Expect(row.Linearizable).To(Equal("illegal"), "the linearizability check did not catch a lock that always grants")
 }
 
 const specTimeout = 5 * 60e9 // 5 minutes: a bound for a hung server, not a target

@@ -553,7 +553,7 @@ func TestEnsembleFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t1 := time.Now()
-	if err := servers.WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
+	if err := faults.WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
 		t.Fatal(err)
 	}
 	healthy := time.Since(t1)

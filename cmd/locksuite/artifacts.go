@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
-	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/worker"
+	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite/local"
 )
 
@@ -45,8 +45,8 @@ func newArtifacts(o options) (*artifacts, error) {
 		return a, nil
 	case o.keepBroken == "auto":
 		// Owned by this process until finish keeps it: if the run is
-		// killed first, the next run removes it (servers.RemoveStale).
-		d, err := servers.TempDir("", "locksuite-artifacts-")
+		// killed first, the next run removes it (tempdir.RemoveStale).
+		d, err := tempdir.New("", "locksuite-artifacts-")
 		if err != nil {
 			return nil, fmt.Errorf("--keep-broken: %w (choose a directory, or off)", err)
 		}
@@ -99,7 +99,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 	}
 	a.kept = true
 	if a.auto {
-		_ = servers.Disown(a.dir) // kept for the user: never stale
+		_ = tempdir.Disown(a.dir) // kept for the user: never stale
 	}
 	logs, err := env.CopyLogs(a.dir)
 	if err != nil {

@@ -193,7 +193,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from `+strings.Join(local.Variables(), ", ")+"; clusters, started here when named (not by all): "+strings.Join(local.Clusters, ","))
-	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Scenarios, ",")+"; chaos (worker processes): "+strings.Join(suite.ChaosScenarios, ",")+"; network and server faults: "+strings.Join(suite.FaultScenarios, ",")+"; on clusters: "+strings.Join(suite.FailoverScenarios, ","))
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Names(""), ",")+"; chaos (worker processes): "+strings.Join(suite.Names(suite.FamilyChaos), ",")+"; network and server faults: "+strings.Join(suite.Names(suite.FamilyFault), ",")+"; on clusters: "+strings.Join(suite.Names(suite.FamilyCluster), ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the matrix, its notes and every row (folded) as Markdown to `FILE`, for a pull-request comment (default: not written)")
@@ -260,7 +260,7 @@ Flags:
 	if strings.TrimSpace(*backends) == "all" {
 		o.backends = local.Names // clusters only when named
 	}
-	if o.scenarios, err = parseList("scenarios", *scenarios, slices.Concat(suite.Scenarios, suite.ChaosScenarios, suite.FaultScenarios, suite.FailoverScenarios)); err != nil {
+	if o.scenarios, err = parseList("scenarios", *scenarios, scenarioNames()); err != nil {
 		return o, err
 	}
 	modes, err := parseList("fencing", *fencing, []string{"off", "on"})
@@ -439,9 +439,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// findings lists results that make the exit status 1: a fenced run or a
-// baseline that did not keep the invariant, a control that was not caught,
-// a result that stayed unknown.
+// findings lists results that make the exit status 1: a run whose verdict
+// is not what its spec asserted (Row.Expected: kept or broken; a measured
+// run asserts only that it reached a verdict), and a result that stayed
+// unknown.
 func findings(rows []report.Row) []string {
 	var out []string
 	for _, r := range rows {
@@ -450,11 +451,25 @@ func findings(rows []report.Row) []string {
 		case r.Verdict == report.Skipped:
 		case r.Verdict == report.Unknown:
 			out = append(out, id+" ("+r.Reason+")")
-		case r.Scenario == suite.Control && r.Verdict != report.Broken:
-			out = append(out, id+": the harness did not catch a lock that always grants")
-		case (r.Fencing || r.Scenario == suite.Baseline || r.Scenario == suite.ReleaseAfterExpiry) && r.Verdict != report.Kept:
-			out = append(out, id+" ("+r.Reason+")")
+		case r.Expected == report.Kept || r.Expected == report.Broken:
+			if r.Verdict == r.Expected {
+				continue
+			}
+			if r.Scenario == suite.Control {
+				out = append(out, id+": the harness did not catch a lock that always grants")
+				continue
+			}
+			out = append(out, id+", expected "+string(r.Expected)+" ("+r.Reason+")")
 		}
+	}
+	return out
+}
+
+// scenarioNames lists every scenario of the suite, in its order.
+func scenarioNames() []string {
+	var out []string
+	for _, sc := range suite.Scenarios() {
+		out = append(out, sc.Name)
 	}
 	return out
 }

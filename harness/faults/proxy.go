@@ -20,7 +20,6 @@
 //     either side sends is read and discarded, and never delivered. New
 //     connections are accepted and dialed through, and lose their bytes the
 //     same way. A partition nobody reports: each side sees only silence.
-//   - Delay adds a fixed latency to each direction, keeping order and bytes.
 package faults
 
 import (
@@ -29,7 +28,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"time"
 )
 
 // mode is what the proxy does with the bytes it reads.
@@ -49,7 +47,6 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	mode    mode
-	delay   time.Duration
 	changed chan struct{} // closed and replaced whenever mode changes
 	links   map[*link]struct{}
 	closed  bool
@@ -114,13 +111,6 @@ func (p *Proxy) Thaw() {
 	}
 }
 
-// Frozen reports whether the proxy is frozen.
-func (p *Proxy) Frozen() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.mode == frozen
-}
-
 // Cut closes every open connection, in both directions, and until Heal
 // accepts each new connection only to reset it. Bytes held by a freeze are
 // dropped with their connections. It replaces a freeze or a blackhole.
@@ -142,25 +132,14 @@ func (p *Proxy) Blackhole() {
 	p.setMode(blackhole)
 }
 
-// Delay adds d of latency to each direction from now on: every chunk is
-// delivered d after the proxy read it, in order, none lost. Delay(0) removes
-// it. Delay combines with the other faults and is removed by Heal too. A
-// negative d is taken as 0.
-func (p *Proxy) Delay(d time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.delay = max(d, 0)
-}
-
-// Heal undoes every fault: it thaws (delivering what a freeze held), ends a
-// cut or a blackhole, and removes any delay. A connection that lost bytes to
+// Heal undoes every fault: it thaws (delivering what a freeze held), and
+// ends a cut or a blackhole. A connection that lost bytes to
 // the blackhole is closed: its stream has a hole and cannot be parsed again,
 // as a real one whose retransmissions timed out; connections that lost
 // nothing go on.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.delay = 0
 	for l := range p.links {
 		if l.lost {
 			l.close()
@@ -278,15 +257,14 @@ func (p *Proxy) serve(l *link) {
 	wg.Wait()
 }
 
-// chunk is what one Read returned, with when.
+// chunk is what one Read returned.
 type chunk struct {
 	b   []byte
-	at  time.Time
 	err error
 }
 
 // pipe copies src to dst: a reader goroutine reads chunks, and this one
-// delivers each after the delay, holding it at the gate (or dropping it in
+// delivers each, holding it at the gate (or dropping it in
 // a blackhole) before writing it. When src ends it half-closes dst (after
 // the gate), leaving the other direction open; on any other end it closes
 // both sides, which ends the other direction's pipe too.
@@ -297,7 +275,7 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 		for {
 			buf := make([]byte, 32<<10)
 			n, err := src.Read(buf)
-			ch <- chunk{b: buf[:n], at: time.Now(), err: err}
+			ch <- chunk{b: buf[:n], err: err}
 			if err != nil {
 				return
 			}
@@ -310,12 +288,6 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 		}
 	}
 	for c := range ch {
-		p.mu.Lock()
-		d := p.delay
-		p.mu.Unlock()
-		if wait := time.Until(c.at.Add(d)); d > 0 && wait > 0 {
-			time.Sleep(wait)
-		}
 		if len(c.b) > 0 {
 			switch p.gate(l) {
 			case cut:

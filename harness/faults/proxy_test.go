@@ -258,33 +258,6 @@ func TestBlackhole(t *testing.T) {
 	}
 }
 
-// TestDelay: a delayed proxy delivers every byte in order, and a round trip
-// takes at least the delay both ways (a lower bound: load only adds).
-func TestDelay(t *testing.T) {
-	p, c := dialEcho(t)
-	const d = 30 * time.Millisecond
-	p.Delay(d)
-	t0 := time.Now()
-	if got, err := roundTrip(c, "ping"); err != nil || got != "ping" {
-		t.Fatalf("delayed round trip: %q, %v", got, err)
-	}
-	if rtt := time.Since(t0); rtt < 2*d {
-		t.Fatalf("round trip took %v with %v added each way", rtt, d)
-	}
-	want := make([]byte, 1<<20)
-	rand.Read(want)
-	go func() {
-		for off := 0; off < len(want); off += 16 << 10 {
-			c.Write(want[off : off+16<<10])
-		}
-		c.(*net.TCPConn).CloseWrite()
-	}()
-	got, err := io.ReadAll(c)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("through the delay: %d bytes back (want %d identical), %v", len(got), len(want), err)
-	}
-}
-
 // TestHealAfterFreezeDelivers: Heal, like Thaw, delivers what a freeze held.
 func TestHealAfterFreezeDelivers(t *testing.T) {
 	p, c := dialEcho(t)

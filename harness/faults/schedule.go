@@ -16,9 +16,10 @@ type Pause struct {
 	Victim int
 }
 
-// Plan is the guide's chaos loop as a schedule: k pauses of length d, the
-// first after interval, each next one interval after the previous ended
-// (sleep interval; stop a victim; sleep d; continue it). Victims are drawn
+// Plan is the chaos loop of "Testing Distributed Locks Under Pauses" (the
+// pause-testing guide locksuite follows) as a schedule: k pauses of length
+// d, the first after interval, each next one interval after the previous
+// ended (sleep interval; stop a victim; sleep d; continue it). Victims are drawn
 // from a PCG generator seeded with seed, so a seed gives the same schedule
 // every time; targeted pauses have Victim -1.
 func Plan(seed uint64, k int, interval, d time.Duration, workers int, targeted bool) []Pause {

@@ -69,7 +69,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/locksuite/locksuite/harness/internal/owner"
+	"github.com/locksuite/locksuite/internal/owner"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/internal/owner"
+	"github.com/locksuite/locksuite/internal/owner"
 	"github.com/vishvananda/netlink"
 )
 

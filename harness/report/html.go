@@ -111,10 +111,10 @@ func WriteHTML(w io.Writer, t Timeline) error {
 	}
 	figures := []struct{ Name, Value string }{
 		{"writes", fmt.Sprint(r.Writes)}, {"counter", fmt.Sprint(r.Counter)}, {"lost", fmt.Sprint(r.Lost)},
-		{"overlaps", fmt.Sprint(r.Overlaps)}, {"rejected", fmt.Sprint(r.Rejected)}, {"verdict", r.Verdict},
+		{"overlaps", fmt.Sprint(r.Overlaps)}, {"rejected", fmt.Sprint(r.Rejected)}, {"verdict", string(r.Verdict)},
 	}
 	if r.Expected != "" {
-		figures = append(figures, struct{ Name, Value string }{"expected", r.Expected})
+		figures = append(figures, struct{ Name, Value string }{"expected", string(r.Expected)})
 	}
 	seed := "none (deterministic)"
 	if r.Seed != 0 {

@@ -14,28 +14,39 @@ import (
 	"time"
 )
 
-// Verdicts a Row can carry: the checker's three, and skipped.
+// Verdict is a Row's verdict: the checker's three states (checker.Verdict),
+// and Skipped. Its JSON form is the bare word.
+type Verdict string
+
+// Verdicts a Row can carry, and Measured, which only Row.Expected carries.
 const (
-	Kept    = "kept"
-	Broken  = "broken"
-	Unknown = "unknown"
-	Skipped = "skipped"
+	// Kept: the invariant held.
+	Kept Verdict = "kept"
+	// Broken: the invariant was violated; Row.Reason says how.
+	Broken Verdict = "broken"
+	// Unknown: no conclusion (the run failed or could not be judged).
+	Unknown Verdict = "unknown"
+	// Skipped: the scenario does not apply to this lock; Row.Reason says why.
+	Skipped Verdict = "skipped"
+	// Measured, as Row.Expected: the spec asserted no verdict, only that
+	// the run reached one (kept or broken), and reports it.
+	Measured Verdict = "measured"
 )
 
 // Row is one result. Its JSON form is the CLI's --json output.
 type Row struct {
-	Backend    string `json:"backend"`
-	Fencing    bool   `json:"fencing"`
-	Scenario   string `json:"scenario"`
-	Writes     int    `json:"writes"`
-	Counter    int64  `json:"counter"`
-	Lost       int64  `json:"lost"`
-	Overlaps   int    `json:"overlaps"`
-	Rejected   int    `json:"rejected"`
-	Verdict    string `json:"verdict"`
-	LeaseMS    int64  `json:"lease_ms"`
-	DurationMS int64  `json:"duration_ms"`
-	Reason     string `json:"reason"`
+	Backend    string  `json:"backend"`
+	Fencing    bool    `json:"fencing"`
+	Scenario   string  `json:"scenario"`
+	Writes     int     `json:"writes"`
+	Counter    int64   `json:"counter"`
+	Lost       int64   `json:"lost"`
+	Overlaps   int     `json:"overlaps"`
+	Rejected   int     `json:"rejected"`
+	Verdict    Verdict `json:"verdict"`
+	LeaseMS    int64   `json:"lease_ms"`
+	DurationMS int64   `json:"duration_ms"`
+	Reason     string  `json:"reason"`
 	// Linearizable is the second checker's answer on the run's history:
 	// "ok", "illegal" or "unknown" (the search timed out); empty when the
 	// scenario records no history (release-after-expiry, skipped rows). A
@@ -57,10 +68,11 @@ type Row struct {
 	// or network fault and after it healed ("ok before; ok after 120ms"),
 	// when the scenario could check it (suite.Config.Servers set).
 	Health string `json:"health,omitempty"`
-	// Expected is the verdict the spec asserted, when it asserted one:
-	// "kept", or "broken" for a control or an unfenced run documenting that
-	// a lease alone is unsafe. Empty for skipped rows.
-	Expected string `json:"expected,omitempty"`
+	// Expected is what the spec asserted: Kept, Broken (a control, or an
+	// unfenced run documenting that a lease alone is unsafe), or Measured
+	// (no verdict asserted, only reported). Empty for skipped rows and for
+	// rows of suite.Run, which asserts nothing.
+	Expected Verdict `json:"expected,omitempty"`
 	// Artifacts are the files this run left in suite.Config.Artifacts: its
 	// history (a Timeline as JSON) and its HTML timeline.
 	Artifacts []string `json:"artifacts,omitempty"`
@@ -104,7 +116,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BACKEND\tFENCING\tSCENARIO\tWRITES\tCOUNTER\tLOST\tOVERLAPS\tREJECTED\tLEASE\tTIME\tVERDICT")
 	for _, r := range rows {
-		verdict := r.Verdict
+		verdict := string(r.Verdict)
 		if r.Reason != "" && r.Verdict != Kept {
 			verdict += ": " + r.Reason
 		}
@@ -187,7 +199,7 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 		return err
 	}
 	for _, r := range rows {
-		v := r.Verdict
+		v := string(r.Verdict)
 		switch r.Verdict {
 		case Broken:
 			v = "**broken**"

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
@@ -65,7 +66,7 @@ func (m *Member) Pid() int {
 	return m.p.Pid()
 }
 
-func (m *Member) signal(sig syscall.Signal) error {
+func (m *Member) signal(send func(faults.Group) error) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.killed || m.p == nil {
@@ -74,14 +75,14 @@ func (m *Member) signal(sig syscall.Signal) error {
 	if err := m.p.exited(); err != nil {
 		return err
 	}
-	return syscall.Kill(-m.p.Pid(), sig)
+	return send(faults.Group(m.p.Pid()))
 }
 
 // Stop stops the member's process (SIGSTOP).
-func (m *Member) Stop() error { return m.signal(syscall.SIGSTOP) }
+func (m *Member) Stop() error { return m.signal(faults.Group.Stop) }
 
 // Cont continues it (SIGCONT).
-func (m *Member) Cont() error { return m.signal(syscall.SIGCONT) }
+func (m *Member) Cont() error { return m.signal(faults.Group.Cont) }
 
 // Kill kills the process (SIGKILL) and waits until it is gone.
 func (m *Member) Kill() error {
@@ -91,7 +92,7 @@ func (m *Member) Kill() error {
 		return nil
 	}
 	m.killed = true
-	_ = syscall.Kill(-m.p.Pid(), syscall.SIGKILL)
+	_ = faults.Group(m.p.Pid()).Kill()
 	<-m.p.done
 	return nil
 }
@@ -183,28 +184,6 @@ func startMemberProc(name, dir string, env []string, argv ...string) (*proc, err
 	return p, nil
 }
 
-// WaitHealthy calls healthy (each call bounded by 2 s) every 50 ms until it
-// returns nil, and fails with its last error once timeout has passed or ctx
-// is done.
-func WaitHealthy(ctx context.Context, timeout time.Duration, healthy func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		last = healthy(cctx)
-		ccancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not healthy after %v: %w", timeout, last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // group is what the clusters share: their member processes, each in its
 // own directory under dir, which Stop removes.
 type group struct {
@@ -231,7 +210,7 @@ func (g *group) restart(ctx context.Context, timeout time.Duration, healthy func
 	if err := restartKilled(g.members); err != nil {
 		return err
 	}
-	return WaitHealthy(ctx, timeout, healthy)
+	return faults.WaitHealthy(ctx, timeout, healthy)
 }
 
 // stop, once: runs first (if not nil), ends every member (sig, then

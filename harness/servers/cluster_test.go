@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/faults"
 )
 
 // TestClusters starts each cluster, checks it is healthy with a leader,
@@ -84,7 +86,7 @@ func TestClusters(t *testing.T) {
 				t.Fatal(err)
 			}
 			t1 := time.Now()
-			if err := WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
+			if err := faults.WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
 				t.Fatalf("after killing the leader %s: %v", old.Name(), err)
 			}
 			l, err := c.Leader(ctx)

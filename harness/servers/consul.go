@@ -12,6 +12,7 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // ConsulVersion is the Consul server the harness runs: the newest
@@ -92,7 +93,7 @@ func StartConsul(ctx context.Context, opts ...Option) (*Consul, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul", err, "free loopback ports"}
 	}
-	dir, err := TempDir("", "locksuite-consul-")
+	dir, err := tempdir.New("", "locksuite-consul-")
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // ConsulCluster is n Consul servers (-server, -bootstrap-expect=n, joined
@@ -41,7 +43,7 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "free loopback ports"}
 	}
-	dir, err := TempDir("", "locksuite-consul-cluster-")
+	dir, err := tempdir.New("", "locksuite-consul-cluster-")
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 	}
@@ -103,7 +105,7 @@ log_level = "warn"
 			return nil, &Unavailable{"consul-cluster", err, "a Consul API client"}
 		}
 	}
-	if err := WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, &Unavailable{"consul-cluster", err, "see the servers' logs above"}
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/locksuite/locksuite/internal/tempdir"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -64,7 +65,7 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	dir, err := TempDir("", "locksuite-etcd-")
+	dir, err := tempdir.New("", "locksuite-etcd-")
 	if err != nil {
 		return nil, fail(err)
 	}

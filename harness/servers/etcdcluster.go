@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/tempdir"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -115,7 +117,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	dir, err := TempDir("", "locksuite-etcd-cluster-")
+	dir, err := tempdir.New("", "locksuite-etcd-cluster-")
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -153,7 +155,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 		s.Stop()
 		return nil, fail(err)
 	}
-	if err := WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
+	if err := faults.WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/locksuite/locksuite/internal/tempdir"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
@@ -62,7 +63,7 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	dir, err := TempDir("", "locksuite-nats-")
+	dir, err := tempdir.New("", "locksuite-nats-")
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/tempdir"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
@@ -110,7 +112,7 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	dir, err := TempDir("", "locksuite-nats-cluster-")
+	dir, err := tempdir.New("", "locksuite-nats-cluster-")
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -139,7 +141,7 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 		s.members = append(s.members, m)
 		s.http[m] = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 	}
-	if err := WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}
@@ -228,7 +230,7 @@ func (s *NATSCluster) Restart(ctx context.Context) error {
 	if err := restartKilled(s.members); err != nil {
 		return err
 	}
-	return WaitHealthy(ctx, 60*time.Second, s.Healthy)
+	return faults.WaitHealthy(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the cluster's directory.

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // Postgres is a throwaway PostgreSQL cluster started by StartPostgres.
@@ -195,7 +196,7 @@ func serviceDir(backend, name, account, pkg string) (cred *syscall.Credential, d
 	if cred != nil && !traversable(os.TempDir()) {
 		parent = "/tmp"
 	}
-	if dir, err = TempDir(parent, "locksuite-"+name+"-"); err != nil {
+	if dir, err = tempdir.New(parent, "locksuite-"+name+"-"); err != nil {
 		return nil, "", err
 	}
 	if cred != nil {

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/internal/tempdir"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -66,7 +67,7 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	if err != nil {
 		return nil, &Unavailable{"redis", err, "free a loopback port"}
 	}
-	dir, err := TempDir("", "locksuite-redis-")
+	dir, err := tempdir.New("", "locksuite-redis-")
 	if err != nil {
 		return nil, err
 	}

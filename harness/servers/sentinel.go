@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/tempdir"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -71,7 +73,7 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 	if err != nil {
 		return nil, fail(err, "free loopback ports")
 	}
-	dir, err := TempDir("", "locksuite-redis-sentinel-")
+	dir, err := tempdir.New("", "locksuite-redis-sentinel-")
 	if err != nil {
 		return nil, fail(err, "a writable temporary directory")
 	}
@@ -148,7 +150,7 @@ sentinel parallel-syncs %s 1
 			return nil, fail(err, "redis-sentinel 7 or newer (SENTINEL DEBUG)")
 		}
 	}
-	if err := WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
+	if err := faults.WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err, "see the sentinel logs above")
 	}

@@ -15,6 +15,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // zkJars: the harness runs Debian's ZooKeeper (package zookeeper, 3.8) as a plain java
@@ -193,7 +196,7 @@ func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 	if err != nil {
 		return nil, fail(err, "free a loopback port")
 	}
-	dir, err := TempDir("", "locksuite-zookeeper-")
+	dir, err := tempdir.New("", "locksuite-zookeeper-")
 	if err != nil {
 		return nil, fail(err, "a writable temporary directory")
 	}
@@ -319,7 +322,7 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 	if err != nil {
 		return nil, fail(err, "free loopback ports")
 	}
-	dir, err := TempDir("", "locksuite-zookeeper-ensemble-")
+	dir, err := tempdir.New("", "locksuite-zookeeper-ensemble-")
 	if err != nil {
 		return nil, fail(err, "a writable temporary directory")
 	}
@@ -358,7 +361,7 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 		}
 		s.members = append(s.members, m)
 	}
-	if err := WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err, "see the servers' logs above")
 	}
@@ -424,7 +427,7 @@ func (s *ZooKeeperEnsemble) Restart(ctx context.Context) error {
 	if err := restartKilled(s.members); err != nil {
 		return err
 	}
-	return WaitHealthy(ctx, 60*time.Second, s.Healthy)
+	return faults.WaitHealthy(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the ensemble's directory.

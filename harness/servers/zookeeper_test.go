@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/locksuite/locksuite/harness/faults"
 )
 
 // zkServes opens a session on addrs, creates an ephemeral znode and reads
@@ -98,7 +99,7 @@ func TestZooKeeperServes(t *testing.T) {
 				others = append(others, m.Addr())
 			}
 		}
-		if err := WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
+		if err := faults.WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
 			t.Fatalf("after killing the leader %s: %v", l.Name(), err)
 		}
 		if err := zkServes(others); err != nil {

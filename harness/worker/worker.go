@@ -28,6 +28,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/internal/spawn"
 	"github.com/locksuite/locksuite/harness/load"
@@ -265,11 +266,11 @@ func (p *Proc) Go(until time.Duration) { _, _ = fmt.Fprintf(p.acks, "go %d\n", i
 // Ack releases a worker waiting after a "stall" event.
 func (p *Proc) Ack() { _, _ = p.acks.Write([]byte("ok\n")) }
 
-// Stop sends SIGSTOP to the worker's process group.
-func (p *Proc) Stop() error { return syscall.Kill(-p.Pid(), syscall.SIGSTOP) }
+// Stop stops the worker's process group (faults.Group).
+func (p *Proc) Stop() error { return faults.Group(p.Pid()).Stop() }
 
-// Cont sends SIGCONT to the worker's process group.
-func (p *Proc) Cont() error { return syscall.Kill(-p.Pid(), syscall.SIGCONT) }
+// Cont continues the worker's process group.
+func (p *Proc) Cont() error { return faults.Group(p.Pid()).Cont() }
 
 // End continues the worker (it may be stopped), waits up to grace for it to
 // exit, then kills it. It returns once the process is gone.
@@ -278,7 +279,7 @@ func (p *Proc) End(grace time.Duration) {
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+		_ = faults.Group(p.Pid()).Kill()
 		<-p.done
 	}
 	p.events.Close()

@@ -55,7 +55,7 @@ func TestClusterFailover(t *testing.T) {
 	for _, tc := range []struct {
 		backend, scenario string
 		fenced            bool
-		want              string
+		want              report.Verdict
 	}{
 		{"etcd-cluster", suite.Failover, false, report.Kept},
 		{"etcd-cluster", suite.Failover, true, report.Kept},

@@ -47,6 +47,7 @@ import (
 	"github.com/locksuite/locksuite/fencing/pgstore"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/redact"
+	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -125,9 +126,9 @@ func WithStore(name string) Option { return func(o *options) { o.store = name } 
 // the store.
 //
 // Start first removes what killed runs left: the temporary directories of
-// servers and workers whose owning process is gone (servers.RemoveStale).
+// servers and workers whose owning process is gone (tempdir.RemoveStale).
 func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
-	servers.RemoveStale()
+	tempdir.RemoveStale()
 	var o options
 	for _, f := range opts {
 		f(&o)

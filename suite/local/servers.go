@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"syscall"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -43,9 +43,9 @@ type member struct {
 }
 
 func (m *member) Name() string { return m.name }
-func (m *member) Stop() error  { return syscall.Kill(-m.pid, syscall.SIGSTOP) }
-func (m *member) Cont() error  { return syscall.Kill(-m.pid, syscall.SIGCONT) }
-func (m *member) Kill() error  { return syscall.Kill(-m.pid, syscall.SIGKILL) }
+func (m *member) Stop() error  { return faults.Group(m.pid).Stop() }
+func (m *member) Cont() error  { return faults.Group(m.pid).Cont() }
+func (m *member) Kill() error  { return faults.Group(m.pid).Kill() }
 
 // JumpClock moves the member's wall clock, or says why it cannot.
 func (m *member) JumpClock(ctx context.Context, d time.Duration) error { return m.jump(ctx, d) }

@@ -245,7 +245,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		name     string
 		cfg      suite.Config
 		scenario string
-		want     string
+		want     report.Verdict
 	}{
 		{"grant without NX (SET PX)", own(unfenced, false, noRenew), suite.Baseline, report.Broken},
 		{"  twin: SET NX PX", own(unfenced, true, noRenew), suite.Baseline, report.Kept},

@@ -1,22 +1,24 @@
-package servers
+// Package tempdir makes temporary directories with an owner record, so that a
+// later run can remove those whose owner was killed before it could.
+package tempdir
 
 import (
 	"os"
 	"path/filepath"
 
-	"github.com/locksuite/locksuite/harness/internal/owner"
+	"github.com/locksuite/locksuite/internal/owner"
 )
 
-// ownerFile, in each directory TempDir makes, names the process that made
+// ownerFile, in each directory New makes, names the process that made
 // it: "<pid> <start time in clock ticks since boot>", the start time telling
 // a live owner from a later process that reuses its pid.
 const ownerFile = ".locksuite-owner"
 
-// TempDir makes a directory for a server or a run, like os.MkdirTemp(parent,
+// New makes a directory for a server or a run, like os.MkdirTemp(parent,
 // pattern) (parent "" is os.TempDir()), and records this process as its
 // owner. A coordinator killed with SIGKILL cannot remove it; RemoveStale, in
 // the next run, does.
-func TempDir(parent, pattern string) (string, error) {
+func New(parent, pattern string) (string, error) {
 	dir, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
 		return "", err
@@ -42,9 +44,9 @@ func Disown(dir string) error {
 }
 
 // RemoveStale removes the directories "locksuite-*" in os.TempDir() and
-// /tmp that TempDir made for a process that no longer runs, and returns
+// /tmp that New made for a process that no longer runs, and returns
 // them. Directories of live processes, and any without an owner record (not
-// made by TempDir), are left alone.
+// made by New), are left alone.
 func RemoveStale() []string {
 	var removed []string
 	seen := map[string]bool{}

@@ -1,0 +1,403 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+)
+
+// NoDial is why a network fault does not apply to a client that made no
+// connection through its Path.
+const NoDial = "the Locker made no connection through Client.Dial, so its network cannot be faulted: pass Client.Dial to the client library's dialer hook, or implement backends.Freezer"
+
+// dialled reports whether a client used p.
+func dialled(p *Path) bool { return p != nil && p.Dials() > 0 }
+
+// Freeze stalls one client with its renewals, as a GC or VM pause would:
+// all its traffic to the lock service stops and nothing sent meanwhile is
+// lost, until the heal delivers it. It works on the client's Path when the
+// client dialled through it, else through the Locker's own
+// backends.Freezer; it does not apply to a client with neither.
+type Freeze struct {
+	Path   *Path           // the client's Path; nil if it has none
+	Locker backends.Locker // the client's Locker
+	Lane   int             // the client's number
+	Name   string          // the client's name in the schedule ("A")
+}
+
+func (f *Freeze) Applies(context.Context) error {
+	if _, ok := f.Locker.(backends.Freezer); ok || dialled(f.Path) {
+		return nil
+	}
+	return NotApplicable(NoDial)
+}
+
+func (f *Freeze) Inject(context.Context) (func() error, error) {
+	if dialled(f.Path) {
+		f.Path.Freeze()
+		return func() error { f.Path.Thaw(); return nil }, nil
+	}
+	if fr, ok := f.Locker.(backends.Freezer); ok {
+		thaw := fr.Freeze()
+		return func() error { thaw(); return nil }, nil
+	}
+	return nil, NotApplicable(NoDial)
+}
+
+func (f *Freeze) Span() Span { return Span{Lane: f.Lane, Kind: "freeze", What: "freeze " + f.Name} }
+
+// Partition cuts one client off the lock service through its Path: with
+// Blackhole false, its connections are closed and new ones refused
+// (Path.Cut); with Blackhole true, they stay open and every byte is dropped
+// both ways (Path.Blackhole). The heal is Path.Heal. It does not apply to a
+// client that dialled nothing through its Path.
+type Partition struct {
+	Path      *Path
+	Blackhole bool
+	Lane      int
+	Name      string
+}
+
+func (f *Partition) Applies(context.Context) error {
+	if dialled(f.Path) {
+		return nil
+	}
+	return NotApplicable(NoDial)
+}
+
+func (f *Partition) Inject(context.Context) (func() error, error) {
+	if !dialled(f.Path) {
+		return nil, NotApplicable(NoDial)
+	}
+	if f.Blackhole {
+		f.Path.Blackhole()
+	} else {
+		f.Path.Cut()
+	}
+	return func() error { f.Path.Heal(); return nil }, nil
+}
+
+func (f *Partition) Span() Span {
+	if f.Blackhole {
+		return Span{Lane: f.Lane, Kind: "blackhole", What: "blackhole " + f.Name}
+	}
+	return Span{Lane: f.Lane, Kind: "cut", What: "cut " + f.Name}
+}
+
+// Stopper is a process that can be stopped and continued as a whole: a
+// worker process, a server member. Group is one.
+type Stopper interface {
+	Stop() error
+	Cont() error
+}
+
+// Stop stops a process (SIGSTOP, through its Stopper) until the heal
+// continues it (SIGCONT): every thread stops, renewals and timers
+// included. It is the one process pause of the harness: a chaos run's
+// pauses, a worker's stall in its critical section and a stopped server
+// are all Stop.
+type Stop struct {
+	Proc Stopper
+	Lane int    // the client it stops, or ServiceLane
+	Kind string // "sigstop", "stall", "server sigstop"
+	What string // "w1", "SIGSTOP redis-server"
+}
+
+func (f *Stop) Applies(context.Context) error {
+	if f.Proc == nil {
+		return NotApplicable("no process to stop")
+	}
+	return nil
+}
+
+func (f *Stop) Inject(context.Context) (func() error, error) {
+	if err := f.Proc.Stop(); err != nil {
+		_ = f.Proc.Cont()
+		return nil, err
+	}
+	return f.Proc.Cont, nil
+}
+
+func (f *Stop) Span() Span { return Span{Lane: f.Lane, Kind: f.Kind, What: f.What} }
+
+// victim is the member a server fault strikes: the leader when the Service
+// can tell, else the first member.
+func victim(ctx context.Context, s Service) (Member, error) {
+	if l, ok := s.(Leaderer); ok {
+		m, err := l.Leader(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("finding the leader: %w", err)
+		}
+		return m, nil
+	}
+	return s.Members()[0], nil
+}
+
+// hasMembers is why a server fault does not apply to s, if it does not.
+func hasMembers(s Service, what string) error {
+	if s == nil {
+		return NotApplicable("Config.Servers is nil: no lock server " + what + " (suite/local sets it for the servers it starts)")
+	}
+	if len(s.Members()) == 0 {
+		return NotApplicable("Servers.Members is empty: no lock server " + what + " (an embedded server, like suite/local's etcd, runs inside the harness)")
+	}
+	return nil
+}
+
+// ServerStop stops the lock service's leader (or its only member) with
+// Stop, Jepsen's "hammer time". It does not apply to a service without
+// member processes.
+type ServerStop struct {
+	Service Service
+	stop    *Stop
+}
+
+func (f *ServerStop) Applies(context.Context) error { return hasMembers(f.Service, "process to stop") }
+
+func (f *ServerStop) Inject(ctx context.Context) (func() error, error) {
+	if err := f.Applies(ctx); err != nil {
+		return nil, err
+	}
+	m, err := victim(ctx, f.Service)
+	if err != nil {
+		return nil, err
+	}
+	f.stop = &Stop{Proc: m, Lane: ServiceLane, Kind: "server sigstop", What: "SIGSTOP " + m.Name()}
+	heal, err := f.stop.Inject(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stopping %s: %w", m.Name(), err)
+	}
+	return heal, nil
+}
+
+func (f *ServerStop) Span() Span {
+	if f.stop == nil {
+		return Span{Lane: ServiceLane, Kind: "server sigstop", What: "SIGSTOP"}
+	}
+	return f.stop.Span()
+}
+
+// ClockJump moves the wall clock of the lock service's leader (or only
+// member) forward By, as an NTP step would (ClockJumper). It cannot be
+// undone: its heal does nothing. It does not apply to a member whose clock
+// cannot be moved or does not decide its expiry.
+type ClockJump struct {
+	Service Service
+	By      time.Duration
+	name    string
+}
+
+func (f *ClockJump) Applies(context.Context) error {
+	return hasMembers(f.Service, "process whose clock can be moved")
+}
+
+func (f *ClockJump) Inject(ctx context.Context) (func() error, error) {
+	if err := f.Applies(ctx); err != nil {
+		return nil, err
+	}
+	m, err := victim(ctx, f.Service)
+	if err != nil {
+		return nil, err
+	}
+	cj, ok := m.(ClockJumper)
+	if !ok {
+		return nil, NotApplicable(fmt.Sprintf("the wall clock of %s cannot be moved (its Member does not implement ClockJumper)", m.Name()))
+	}
+	if err := cj.JumpClock(ctx, f.By); err != nil {
+		if errors.Is(err, errors.ErrUnsupported) {
+			return nil, NotApplicable(err.Error())
+		}
+		return nil, fmt.Errorf("moving the clock of %s: %w", m.Name(), err)
+	}
+	f.name = m.Name()
+	return nil, nil
+}
+
+func (f *ClockJump) Span() Span {
+	what := fmt.Sprintf("clock +%v", f.By)
+	if f.name != "" {
+		what = fmt.Sprintf("clock of %s +%v", f.name, f.By)
+	}
+	return Span{Lane: ServiceLane, Kind: "clock jump", What: what}
+}
+
+// SessionKill ends the server session of a client's lease from outside
+// (backends.Terminator), as an administrator or a failover would. It
+// cannot be undone. Lease is read when it strikes; a Lease without a
+// session makes Inject return a not-applicable error.
+type SessionKill struct {
+	Lease func() backends.Lease
+	Lane  int
+	Name  string
+}
+
+func (f *SessionKill) Applies(context.Context) error { return nil }
+
+func (f *SessionKill) Inject(ctx context.Context) (func() error, error) {
+	t, ok := f.Lease().(backends.Terminator)
+	if !ok {
+		return nil, NotApplicable("the lease has no server session to terminate (its Lease does not implement backends.Terminator)")
+	}
+	if err := t.Terminate(ctx); err != nil {
+		return nil, fmt.Errorf("terminating %s's session: %w", f.Name, err)
+	}
+	return nil, nil
+}
+
+func (f *SessionKill) Span() Span {
+	return Span{Lane: f.Lane, Kind: "session killed", What: "terminate " + f.Name + "'s session"}
+}
+
+// LeaderKill kills the lock service's leader (SIGKILL) and watches the
+// service fail over. Applies needs a Service with a Leaderer, healthy
+// within Recovery; it finds the leader. Lag, called before Inject, makes
+// the replicas fall behind first where replication is asynchronous
+// (Lagger), so that grants acknowledged by the leader are lost with it.
+// Its heal waits until the service is healthy again (at most Recovery
+// after the kill) and fails if it is not; the span ends when it was.
+// Restore restarts the killed member (Restarter).
+type LeaderKill struct {
+	Service  Service
+	Recovery time.Duration        // how long the service may take to be healthy
+	Clock    func() time.Duration // the run's clock, for the span's end
+
+	victim  Member
+	resume  func() error
+	mu      sync.Mutex
+	resumed bool
+	killed  bool
+	healthy time.Duration
+	err     error
+	ok      chan struct{}
+}
+
+func (f *LeaderKill) Applies(ctx context.Context) error {
+	if f.Service == nil {
+		return NotApplicable("no Config.Servers: the failover scenarios need the lock service's processes")
+	}
+	ld, ok := f.Service.(Leaderer)
+	if !ok {
+		return NotApplicable("Config.Servers has no leader to kill (it does not implement suite.Leaderer): a single server cannot fail over")
+	}
+	if err := WaitHealthy(ctx, f.Recovery, f.Service.Healthy); err != nil {
+		return fmt.Errorf("the lock service is not healthy before the fault: %w", err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := ld.Leader(lctx)
+	if err != nil {
+		return fmt.Errorf("finding the leader: %w", err)
+	}
+	f.victim, f.ok = v, make(chan struct{})
+	return nil
+}
+
+// Async reports whether the service replicates asynchronously (Lagger).
+func (f *LeaderKill) Async() bool {
+	_, ok := f.Service.(Lagger)
+	return ok
+}
+
+// Lag makes the replicas fall behind, if the service replicates
+// asynchronously; Inject (or Restore) lets them catch up.
+func (f *LeaderKill) Lag(ctx context.Context) error {
+	if lg, ok := f.Service.(Lagger); ok {
+		resume, err := lg.Lag(ctx)
+		if err != nil {
+			return fmt.Errorf("lag the replicas: %w", err)
+		}
+		f.resume = resume
+	}
+	return nil
+}
+
+// unlag lets lagging replicas run again, once.
+func (f *LeaderKill) unlag() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.resume == nil || f.resumed {
+		return nil
+	}
+	f.resumed = true
+	return f.resume()
+}
+
+func (f *LeaderKill) Inject(ctx context.Context) (func() error, error) {
+	f.mu.Lock()
+	f.killed = true
+	f.mu.Unlock()
+	err := errors.Join(f.victim.Kill(), f.unlag())
+	if err != nil {
+		return nil, fmt.Errorf("kill the leader %s: %w", f.victim.Name(), err)
+	}
+	go func() {
+		// Not the run's context: the heal waits for this after the load.
+		err := WaitHealthy(context.WithoutCancel(ctx), f.Recovery, f.Service.Healthy)
+		f.mu.Lock()
+		f.healthy, f.err = f.Clock(), err
+		f.mu.Unlock()
+		close(f.ok)
+	}()
+	return func() error {
+		<-f.ok
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.err != nil {
+			return fmt.Errorf("the lock service did not recover after %s was killed: %w", f.victim.Name(), f.err)
+		}
+		return nil
+	}, nil
+}
+
+// Recovered is closed once the service is healthy again after the kill
+// (or Recovery has passed). Nil before Applies.
+func (f *LeaderKill) Recovered() <-chan struct{} { return f.ok }
+
+func (f *LeaderKill) Span() Span {
+	s := Span{Lane: ServiceLane, Kind: "leader killed", What: "killed leader", Until: "healthy again"}
+	if f.victim != nil {
+		s.What += " " + f.victim.Name()
+	}
+	if f.resume != nil {
+		s.What += " (replicas lagging)"
+	}
+	f.mu.Lock()
+	if f.err == nil {
+		s.End = f.healthy
+	}
+	f.mu.Unlock()
+	return s
+}
+
+// Restore lets lagging replicas run again and restarts the killed member
+// (Restarter), waiting up to Recovery for the whole service.
+func (f *LeaderKill) Restore(ctx context.Context) error {
+	err := f.unlag()
+	f.mu.Lock()
+	killed := f.killed
+	f.mu.Unlock()
+	if rs, ok := f.Service.(Restarter); ok && killed {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.Recovery)
+		defer cancel()
+		if rerr := rs.Restart(rctx); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("restarting %s: %w", f.victim.Name(), rerr))
+		}
+	}
+	return err
+}
+
+var (
+	_ Fault    = (*Freeze)(nil)
+	_ Fault    = (*Partition)(nil)
+	_ Fault    = (*Stop)(nil)
+	_ Fault    = (*ServerStop)(nil)
+	_ Fault    = (*ClockJump)(nil)
+	_ Fault    = (*SessionKill)(nil)
+	_ Fault    = (*LeaderKill)(nil)
+	_ Restorer = (*LeaderKill)(nil)
+	_ Stopper  = Group(0)
+)
