@@ -1,0 +1,180 @@
+package k8slease
+
+import (
+	"context"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/kube/kubetest"
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/servers"
+)
+
+func newLocker(t *testing.T, s servers.Kube, name string, dial func(context.Context, string, string) (net.Conn, error)) *locker {
+	t.Helper()
+	l, err := New(Config{Rest: s.RestConfig(), Namespace: s.Namespace(), Name: name, TTL: time.Second, Dial: dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.(*locker)
+}
+
+// TestConfig: the Lease's duration is whole seconds, and a missing field is
+// named.
+func TestConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Namespace: "ns", Name: "n", TTL: 1500 * time.Millisecond}, "whole number of seconds"},
+		{Config{Namespace: "ns", Name: "n", TTL: 500 * time.Millisecond}, "at least 1s"},
+		{Config{Name: "n"}, "Namespace"},
+		{Config{Namespace: "ns"}, "Name"},
+		{Config{Namespace: "ns", Name: "n"}, "Config.Rest is nil"},
+		{Config{Namespace: "ns", Name: "N_1"}, "Lease name"},
+	} {
+		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v): error %v, want one containing %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestExclusiveAndFenced: three clients take the Lease in turn; no two hold
+// it at once and each grant's fence is larger than the one before.
+func TestExclusiveAndFenced(t *testing.T) {
+	s := kubetest.Start(t)
+	var (
+		inside atomic.Int32
+		mu     sync.Mutex
+		fences []uint64
+		wg     sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 3 {
+		l := newLocker(t, s, "exclusive", nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				g, err := l.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				fences = append(fences, g.Fence())
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				inside.Add(-1)
+				if err := g.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(fences) != 15 {
+		t.Fatalf("%d grants, want 15", len(fences))
+	}
+	if !sort.SliceIsSorted(fences, func(i, j int) bool { return fences[i] < fences[j] }) || fences[0] == 0 {
+		t.Errorf("fences in grant order %v: want strictly increasing from 1", fences)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Errorf("fence %d after %d", fences[i], fences[i-1])
+		}
+	}
+	if err := newLocker(t, s, "exclusive", nil).Cleanup(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestStalledHolder: a holder whose path to the API server is frozen is told
+// it lost the lease, a waiting client takes the Lease no sooner than TTL
+// after the holder's last renewal, and the holder's late Release, once its
+// path is thawed, leaves the new holder's Lease alone. Ten rounds; the time
+// from the last renewal to the takeover is logged (the expiry the README
+// reports).
+func TestStalledHolder(t *testing.T) {
+	s := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var takeovers, notices []time.Duration
+	for round := range 10 {
+		p := faults.NewPath()
+		defer p.Close()
+		a := newLocker(t, s, "stalled", p.Dial)
+		b := newLocker(t, s, "stalled", nil)
+		ga, err := a.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// b waits: it has seen a's record before a stalls.
+		type result struct {
+			g   backends.Lease
+			at  time.Time
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			g, err := b.Acquire(ctx)
+			got <- result{g, time.Now(), err}
+		}()
+		time.Sleep(300 * time.Millisecond)
+		p.Freeze()
+		sa := ga.(*lease)
+		select {
+		case <-sa.Lost():
+		case <-time.After(10 * time.Second):
+			t.Fatal("a frozen holder was not told of its loss within 10s")
+		}
+		lostAt := time.Now()
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		sa.mu.Lock()
+		last := sa.validUntil.Add(-a.ttl)
+		sa.mu.Unlock()
+		took := r.at.Sub(last)
+		if took < a.ttl {
+			t.Errorf("round %d: b took the Lease %v after a's last renewal, before the %v lease ran out", round, took, a.ttl)
+		}
+		takeovers = append(takeovers, took)
+		notices = append(notices, lostAt.Sub(last))
+		if r.g.Fence() <= ga.Fence() {
+			t.Errorf("round %d: b's fence %d after a's %d", round, r.g.Fence(), ga.Fence())
+		}
+		p.Thaw()
+		if err := ga.Release(ctx); err != nil {
+			t.Errorf("round %d: a's late Release: %v", round, err)
+		}
+		if h := kubetest.Holder(kubetest.Lease(t, s, "stalled")); h != b.id {
+			t.Errorf("round %d: after a's late Release the Lease names %q, want b (%s)", round, h, b.id)
+		}
+		select {
+		case <-r.g.(*lease).Lost():
+			t.Errorf("round %d: b lost the Lease after a's late Release", round)
+		default:
+		}
+		if err := r.g.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	sort.Slice(takeovers, func(i, j int) bool { return takeovers[i] < takeovers[j] })
+	sort.Slice(notices, func(i, j int) bool { return notices[i] < notices[j] })
+	t.Logf("TTL 1s, RetryPeriod %v: takeover after the last renewal: min %v median %v max %v; holder told after: min %v max %v",
+		time.Second*2/15, takeovers[0].Round(time.Millisecond), takeovers[len(takeovers)/2].Round(time.Millisecond), takeovers[len(takeovers)-1].Round(time.Millisecond),
+		notices[0].Round(time.Millisecond), notices[len(notices)-1].Round(time.Millisecond))
+}
