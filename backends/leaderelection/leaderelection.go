@@ -295,9 +295,9 @@ func (s *lease) Release(ctx context.Context) error {
 // identity (the write by which client-go took the Lease) and the last.
 type observedLock struct {
 	*resourcelock.LeaseLock
-	mu          sync.Mutex
-	first, rec  resourcelock.LeaderElectionRecord
-	taken, have bool
+	mu               sync.Mutex
+	first, held, rec resourcelock.LeaderElectionRecord
+	taken, have      bool
 }
 
 func (o *observedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
@@ -319,10 +319,21 @@ func (o *observedLock) Update(ctx context.Context, r resourcelock.LeaderElection
 func (o *observedLock) keep(r resourcelock.LeaderElectionRecord) {
 	o.mu.Lock()
 	o.rec, o.have = r, true
-	if !o.taken && r.HolderIdentity == o.Identity() {
-		o.first, o.taken = r, true
+	if r.HolderIdentity == o.Identity() {
+		if !o.taken {
+			o.first, o.taken = r, true
+		}
+		o.held = r
 	}
 	o.mu.Unlock()
+}
+
+// renewed is the last record written while client-go held the Lease: its
+// RenewTime is when the last successful renewal began.
+func (o *observedLock) renewed() resourcelock.LeaderElectionRecord {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.held
 }
 
 // grant is the record by which client-go took the Lease.
