@@ -13,18 +13,31 @@
 //
 // client-go decides expiry by the candidate's own clock: a candidate takes
 // the Lease once LeaseDuration has passed since it first saw the current
-// record; the leader gives up (OnStoppedLeading) when it has not renewed
-// for RenewDeadline, before any candidate can take over, as long as the
-// leader's process runs. A leader whose process is paused does not run its
-// timer, and learns of the loss only when it runs again.
+// record. What client-go 0.37.2 does with that, measured against a real
+// kube-apiserver (this package's tests; the README has the figures):
+//
+//   - A candidate notices a renewal by comparing the record as JSON, where
+//     renewTime has whole seconds: renewals within one second look alike,
+//     so with RetryPeriod below 1 s a candidate may lead up to 1 s before
+//     the lease ran out for the leader.
+//   - A leader cut off from the API server gives up renewing after
+//     RetryPeriod + RenewDeadline, then tries to release for another
+//     RenewDeadline, and only then calls OnStoppedLeading: 1.47 ×
+//     LeaseDuration after its last renewal at client-go's proportions,
+//     after another candidate may lead.
+//   - Its release reads the Lease again (refreshing the resourceVersion it
+//     writes with) but judges leadership from its stale record: a release
+//     answered after another candidate took the Lease clears that holder.
+//     Release therefore does not keep the suite's contract (never remove
+//     another grant's lock); this adapter does not hide it.
 //
 // # Fence
 //
 // client-go hands OnStartedLeading no record and offers no fencing token.
 // The Lease it wrote has one candidate, leaseTransitions, which this adapter
-// reads as it passes through: the LeaseLock is wrapped so that the record of
-// client-go's last successful write is kept, and the fence is that record's
-// leaseTransitions + 1 (0 means no token in the suite's contract; the
+// reads as it passes through: the LeaseLock is wrapped, unchanged, to keep
+// the records client-go writes, and the fence is leaseTransitions + 1 of the
+// write by which client-go took the Lease (0 means no token in the suite's contract; the
 // first holder's count is 0). client-go increments the count when the
 // holder identity changes, keeps it on renewal and release, and writes with
 // a compare-and-swap on resourceVersion; so the count is strictly
@@ -140,6 +153,8 @@ func New(cfg Config) (backends.Locker, error) {
 	return l, nil
 }
 
+// TTL is LeaseDuration. With RetryPeriod below 1 s a candidate may lead up
+// to 1 s sooner after the leader's last renewal (see the package doc).
 func (l *locker) TTL() time.Duration { return l.ttl }
 
 // Expiry is TTL + 4.4 × RetryPeriod: a candidate waits up to 2.2 ×
@@ -253,8 +268,9 @@ type lease struct {
 
 func (s *lease) Fence() uint64 { return s.fence }
 
-// Lost is closed by OnStoppedLeading: when the elector failed to renew for
-// RenewDeadline, or after Release.
+// Lost is closed by OnStoppedLeading: once the elector failed to renew for
+// RenewDeadline and then tried to release (for up to another
+// RenewDeadline), or after Release.
 func (s *lease) Lost() <-chan struct{} { return s.lost }
 
 // Release cancels the elector's context and waits for Run to return:
