@@ -5,10 +5,11 @@ import (
 	"net"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/kube/kubetest"
@@ -50,53 +51,14 @@ func TestConfig(t *testing.T) {
 // it at once and each grant's fence is larger than the one before.
 func TestExclusiveAndFenced(t *testing.T) {
 	s := kubetest.Start(t)
-	var (
-		inside atomic.Int32
-		mu     sync.Mutex
-		fences []uint64
-		wg     sync.WaitGroup
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	kubetest.Exclusive(t, 3, 5, func() backends.Locker { return newLocker(t, s, "exclusive", nil) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for range 3 {
-		l := newLocker(t, s, "exclusive", nil)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 5 {
-				g, err := l.Acquire(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if n := inside.Add(1); n != 1 {
-					t.Errorf("%d holders at once", n)
-				}
-				mu.Lock()
-				fences = append(fences, g.Fence())
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
-				inside.Add(-1)
-				if err := g.Release(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if len(fences) != 15 {
-		t.Fatalf("%d grants, want 15", len(fences))
-	}
-	if !sort.SliceIsSorted(fences, func(i, j int) bool { return fences[i] < fences[j] }) || fences[0] == 0 {
-		t.Errorf("fences in grant order %v: want strictly increasing from 1", fences)
-	}
-	for i := 1; i < len(fences); i++ {
-		if fences[i] <= fences[i-1] {
-			t.Errorf("fence %d after %d", fences[i], fences[i-1])
-		}
-	}
 	if err := newLocker(t, s, "exclusive", nil).Cleanup(ctx); err != nil {
 		t.Error(err)
+	}
+	if _, err := newLocker(t, s, "exclusive", nil).c.Leases.Get(ctx, "exclusive", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Lease after Cleanup: %v, want not found", err)
 	}
 }
 

@@ -157,11 +157,12 @@ func New(cfg Config) (backends.Locker, error) {
 // to 1 s sooner after the leader's last renewal (see the package doc).
 func (l *locker) TTL() time.Duration { return l.ttl }
 
-// Expiry is TTL + 4.4 × RetryPeriod: a candidate waits up to 2.2 ×
+// Expiry is TTL + 5.4 × RetryPeriod: a candidate waits up to 2.2 ×
 // RetryPeriod between tries (client-go's jitter), so it sees the leader's
 // last renewal up to that late, starts its LeaseDuration then, and tries
-// again up to that late after it ran out.
-func (l *locker) Expiry() time.Duration { return l.ttl + l.retry*44/10 }
+// again up to that late after it ran out; one more RetryPeriod is for the
+// requests themselves.
+func (l *locker) Expiry() time.Duration { return l.ttl + l.retry*54/10 }
 
 // config is the elector's configuration for lock, with s's callbacks.
 func (l *locker) config(lock *observedLock, s *lease) leaderelection.LeaderElectionConfig {

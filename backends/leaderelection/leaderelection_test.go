@@ -4,8 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,48 +45,7 @@ func TestConfig(t *testing.T) {
 // before.
 func TestExclusiveAndFenced(t *testing.T) {
 	s := kubetest.Start(t)
-	var (
-		inside atomic.Int32
-		mu     sync.Mutex
-		fences []uint64
-		wg     sync.WaitGroup
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for range 3 {
-		l := newLocker(t, s, "exclusive", time.Second, nil)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 4 {
-				g, err := l.Acquire(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if n := inside.Add(1); n != 1 {
-					t.Errorf("%d leaders at once", n)
-				}
-				mu.Lock()
-				fences = append(fences, g.Fence())
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
-				inside.Add(-1)
-				if err := g.Release(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if len(fences) != 12 || fences[0] == 0 {
-		t.Fatalf("fences %v: want 12 grants, the first fence 1 or more", fences)
-	}
-	for i := 1; i < len(fences); i++ {
-		if fences[i] <= fences[i-1] {
-			t.Errorf("fences in grant order %v: %d after %d", fences, fences[i], fences[i-1])
-		}
-	}
+	kubetest.Exclusive(t, 3, 4, func() backends.Locker { return newLocker(t, s, "exclusive", time.Second, nil) })
 }
 
 // stall makes a leader a (TTL ttl, its path to the API server p) and a

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,31 +33,11 @@ const KubeAPIServerVersion = "1.37.2"
 // if set, then the build cache (<user cache dir>/locksuite/kube-apiserver-<version>),
 // then PATH.
 func KubeAPIServerBinary() (string, error) {
-	if p := os.Getenv("LOCKSUITE_KUBE_APISERVER"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("LOCKSUITE_KUBE_APISERVER=%s: %w", p, err)
-		}
-		return p, nil
-	}
-	if p := KubeAPIServerCachePath(); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("kube-apiserver"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("no kube-apiserver binary (not in $LOCKSUITE_KUBE_APISERVER, " + KubeAPIServerCachePath() + " or PATH)")
+	return findBinary("LOCKSUITE_KUBE_APISERVER", KubeAPIServerCachePath(), "kube-apiserver")
 }
 
 // KubeAPIServerCachePath is where ci/setup.sh leaves the binary it builds.
-func KubeAPIServerCachePath() string {
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(d, "locksuite", "kube-apiserver-"+KubeAPIServerVersion)
-}
+func KubeAPIServerCachePath() string { return buildCachePath("kube-apiserver-" + KubeAPIServerVersion) }
 
 // Kube is a Kubernetes API that the suite's Lease objects live in: one the
 // harness started (KubeAPIServer) or a cluster of the user's own

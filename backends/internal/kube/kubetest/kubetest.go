@@ -4,6 +4,8 @@ package kubetest
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
+	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/servers"
 )
 
@@ -58,4 +61,55 @@ func Holder(l *coordinationv1.Lease) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// Exclusive runs clients Lockers that take the lock rounds times each, in
+// turn, holding it 20 ms, and fails the test if two hold it at once, if a
+// grant's fence is not larger than the grant's before it, or if the first
+// fence is 0. It returns the fences in grant order.
+func Exclusive(t *testing.T, clients, rounds int, newLocker func() backends.Locker) []uint64 {
+	t.Helper()
+	var (
+		inside atomic.Int32
+		mu     sync.Mutex
+		fences []uint64
+		wg     sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range clients {
+		l := newLocker()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				g, err := l.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				fences = append(fences, g.Fence())
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				inside.Add(-1)
+				if err := g.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(fences) != clients*rounds || fences[0] == 0 {
+		t.Fatalf("fences %v: want %d grants, the first fence 1 or more", fences, clients*rounds)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Errorf("fences in grant order %v: %d after %d", fences, fences[i], fences[i-1])
+		}
+	}
+	return fences
 }
