@@ -140,3 +140,57 @@ func TestStalledHolder(t *testing.T) {
 		time.Second*2/15, takeovers[0].Round(time.Millisecond), takeovers[len(takeovers)/2].Round(time.Millisecond), takeovers[len(takeovers)-1].Round(time.Millisecond),
 		notices[0].Round(time.Millisecond), notices[len(notices)-1].Round(time.Millisecond))
 }
+
+// TestServerStalled stops kube-apiserver (SIGSTOP) under a holder: the
+// holder is told of its loss by its own clock while the server is stopped,
+// and once it runs again a waiting client takes the Lease with a larger
+// fence, which the first holder's Release leaves alone.
+func TestServerStalled(t *testing.T) {
+	s := kubetest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := newLocker(t, s, "server-stalled", nil)
+	b := newLocker(t, s, "server-stalled", nil)
+	ga, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan backends.Lease, 1)
+	go func() {
+		g, err := b.Acquire(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := s.Member().Stop(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ga.(*lease).Lost():
+	case <-time.After(5 * time.Second):
+		t.Error("the holder was not told of its loss while kube-apiserver was stopped")
+	}
+	select {
+	case <-got:
+		t.Error("b took the Lease while kube-apiserver was stopped")
+	default:
+	}
+	if err := s.Member().Cont(); err != nil {
+		t.Fatal(err)
+	}
+	gb := <-got
+	if gb == nil {
+		t.FailNow()
+	}
+	if gb.Fence() <= ga.Fence() {
+		t.Errorf("b's fence %d after a's %d", gb.Fence(), ga.Fence())
+	}
+	if err := ga.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	if h := kubetest.Holder(kubetest.Lease(t, s, "server-stalled")); h != b.id {
+		t.Errorf("after a's Release the Lease names %q, want b (%s)", h, b.id)
+	}
+}
