@@ -145,7 +145,7 @@ func (l *locker) TTL() time.Duration { return l.ttl }
 // last renewal up to one RetryPeriod after it was written, starts its TTL
 // then, and looks again one RetryPeriod later at most; the third is for
 // the read and the write themselves (a 1 s lease was taken 1.269 s after
-// the last renewal at most in 20 runs on a busy machine, where TTL + 2 ×
+// the last renewal at most in 30 runs on a busy machine, where TTL + 2 ×
 // RetryPeriod is 1.267 s).
 func (l *locker) Expiry() time.Duration { return l.ttl + 3*l.retry }
 

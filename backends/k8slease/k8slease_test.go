@@ -78,23 +78,7 @@ func TestStalledHolder(t *testing.T) {
 		defer p.Close()
 		a := newLocker(t, s, "stalled", p.Dial)
 		b := newLocker(t, s, "stalled", nil)
-		ga, err := a.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// b waits: it has seen a's record before a stalls.
-		type result struct {
-			g   backends.Lease
-			at  time.Time
-			err error
-		}
-		got := make(chan result, 1)
-		go func() {
-			g, err := b.Acquire(ctx)
-			got <- result{g, time.Now(), err}
-		}()
-		time.Sleep(300 * time.Millisecond)
-		p.Freeze()
+		ga, got := kubetest.Stall(t, ctx, a, b, p, 300*time.Millisecond)
 		sa := ga.(*lease)
 		select {
 		case <-sa.Lost():
@@ -103,20 +87,20 @@ func TestStalledHolder(t *testing.T) {
 		}
 		lostAt := time.Now()
 		r := <-got
-		if r.err != nil {
-			t.Fatal(r.err)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
 		sa.mu.Lock()
 		last := sa.validUntil.Add(-a.ttl)
 		sa.mu.Unlock()
-		took := r.at.Sub(last)
+		took := r.At.Sub(last)
 		if took < a.ttl {
 			t.Errorf("round %d: b took the Lease %v after a's last renewal, before the %v lease ran out", round, took, a.ttl)
 		}
 		takeovers = append(takeovers, took)
 		notices = append(notices, lostAt.Sub(last))
-		if r.g.Fence() <= ga.Fence() {
-			t.Errorf("round %d: b's fence %d after a's %d", round, r.g.Fence(), ga.Fence())
+		if r.Lease.Fence() <= ga.Fence() {
+			t.Errorf("round %d: b's fence %d after a's %d", round, r.Lease.Fence(), ga.Fence())
 		}
 		p.Thaw()
 		if err := ga.Release(ctx); err != nil {
@@ -126,11 +110,11 @@ func TestStalledHolder(t *testing.T) {
 			t.Errorf("round %d: after a's late Release the Lease names %q, want b (%s)", round, h, b.id)
 		}
 		select {
-		case <-r.g.(*lease).Lost():
+		case <-r.Lease.(*lease).Lost():
 			t.Errorf("round %d: b lost the Lease after a's late Release", round)
 		default:
 		}
-		if err := r.g.Release(ctx); err != nil {
+		if err := r.Lease.Release(ctx); err != nil {
 			t.Error(err)
 		}
 	}

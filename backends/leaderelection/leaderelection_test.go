@@ -59,27 +59,12 @@ func stall(t *testing.T, ctx context.Context, s servers.Kube, name string, ttl, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bl.Close() })
-	ga, err := a.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		g   backends.Lease
-		at  time.Time
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		g, err := bl.Acquire(ctx)
-		got <- result{g, time.Now(), err}
-	}()
-	time.Sleep(500 * time.Millisecond)
-	p.Freeze()
+	ga, got := kubetest.Stall(t, ctx, a, bl, p, 500*time.Millisecond)
 	r := <-got
-	if r.err != nil {
-		t.Fatal(r.err)
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	return ga.(*lease), r.g.(*lease), r.at
+	return ga.(*lease), r.Lease.(*lease), r.At
 }
 
 // TestStalledLeader freezes the leader's path to the API server while a

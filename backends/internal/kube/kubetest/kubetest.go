@@ -14,6 +14,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
 )
 
@@ -112,4 +113,30 @@ func Exclusive(t *testing.T, clients, rounds int, newLocker func() backends.Lock
 		}
 	}
 	return fences
+}
+
+// Takeover is a waiting client's grant, and when its Acquire returned.
+type Takeover struct {
+	Lease backends.Lease
+	At    time.Time
+	Err   error
+}
+
+// Stall takes the lock with a, starts b acquiring it (so that b has seen
+// a's record before a stalls), and after wait freezes p, a's path to the
+// API server. It returns a's lease and the channel b's grant comes on.
+func Stall(t *testing.T, ctx context.Context, a, b backends.Locker, p *faults.Path, wait time.Duration) (backends.Lease, <-chan Takeover) {
+	t.Helper()
+	ga, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan Takeover, 1)
+	go func() {
+		g, err := b.Acquire(ctx)
+		got <- Takeover{g, time.Now(), err}
+	}()
+	time.Sleep(wait)
+	p.Freeze()
+	return ga, got
 }
