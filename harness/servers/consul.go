@@ -23,30 +23,40 @@ const ConsulVersion = "1.13.9"
 // ConsulBinary finds the consul binary: $LOCKSUITE_CONSUL if set, then the
 // build cache (<user cache dir>/locksuite/consul-<version>), then PATH.
 func ConsulBinary() (string, error) {
-	if p := os.Getenv("LOCKSUITE_CONSUL"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("LOCKSUITE_CONSUL=%s: %w", p, err)
-		}
-		return p, nil
-	}
-	if p := ConsulCachePath(); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("consul"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("no consul binary (not in $LOCKSUITE_CONSUL, " + ConsulCachePath() + " or PATH)")
+	return findBinary("LOCKSUITE_CONSUL", ConsulCachePath(), "consul")
 }
 
 // ConsulCachePath is where ci/setup.sh leaves the binary it builds.
-func ConsulCachePath() string {
+func ConsulCachePath() string { return buildCachePath("consul-" + ConsulVersion) }
+
+// findBinary finds a server binary that ci/setup.sh builds: $env if set,
+// then cached (the build cache's path, "" for none), then bin in PATH.
+func findBinary(env, cached, bin string) (string, error) {
+	if p := os.Getenv(env); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", env, p, err)
+		}
+		return p, nil
+	}
+	if cached != "" {
+		if _, err := os.Stat(cached); err == nil {
+			return cached, nil
+		}
+	}
+	if p, err := exec.LookPath(bin); err == nil {
+		return p, nil
+	}
+	return "", errors.New("no " + bin + " binary (not in $" + env + ", " + cached + " or PATH)")
+}
+
+// buildCachePath is file in <user cache dir>/locksuite, where ci/setup.sh
+// leaves the binaries it builds; "" if there is no user cache directory.
+func buildCachePath(file string) string {
 	d, err := os.UserCacheDir()
 	if err != nil {
 		return ""
 	}
-	return filepath.Join(d, "locksuite", "consul-"+ConsulVersion)
+	return filepath.Join(d, "locksuite", file)
 }
 
 // Consul is a single-server Consul agent in dev mode, started by StartConsul.

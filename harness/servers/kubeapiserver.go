@@ -1,0 +1,363 @@
+package servers
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/tempdir"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// KubeAPIServerVersion is the kube-apiserver the harness runs, built from
+// source by ci/setup.sh from the tools module in harness/kubebuild.
+const KubeAPIServerVersion = "1.37.2"
+
+// KubeAPIServerBinary finds the kube-apiserver binary: $LOCKSUITE_KUBE_APISERVER
+// if set, then the build cache (<user cache dir>/locksuite/kube-apiserver-<version>),
+// then PATH.
+func KubeAPIServerBinary() (string, error) {
+	return findBinary("LOCKSUITE_KUBE_APISERVER", KubeAPIServerCachePath(), "kube-apiserver")
+}
+
+// KubeAPIServerCachePath is where ci/setup.sh leaves the binary it builds.
+func KubeAPIServerCachePath() string { return buildCachePath("kube-apiserver-" + KubeAPIServerVersion) }
+
+// Kube is a Kubernetes API that the suite's Lease objects live in: one the
+// harness started (KubeAPIServer) or a cluster of the user's own
+// (KubeNamespace). Its Stop removes what the harness made there.
+type Kube interface {
+	Server
+	// RestConfig is a new copy of the client configuration (server URL,
+	// CA, credentials), to be changed freely (its Dial, its timeouts).
+	RestConfig() *rest.Config
+	// Namespace is the namespace the suite may create Leases in.
+	Namespace() string
+}
+
+var (
+	_ Kube = (*KubeAPIServer)(nil)
+	_ Kube = (*KubeNamespace)(nil)
+)
+
+// StartKube returns the Kubernetes API the suite uses: with KUBECONFIG set,
+// a namespace of its own in that kubeconfig's current context
+// (UseKubeconfig); otherwise a kube-apiserver of the harness's own
+// (StartKubeAPIServer). Only an explicitly set KUBECONFIG counts: the
+// default ~/.kube/config, which may name a production cluster, is never
+// read.
+func StartKube(ctx context.Context) (Kube, error) {
+	if p := os.Getenv("KUBECONFIG"); p != "" {
+		return UseKubeconfig(ctx, p)
+	}
+	return StartKubeAPIServer(ctx)
+}
+
+// KubeAPIServer is a kube-apiserver process with an etcd of its own,
+// started by StartKubeAPIServer.
+type KubeAPIServer struct {
+	etcd  *Etcd
+	m     *Member
+	dir   string
+	addr  string
+	token string
+	ca    string
+	once  sync.Once
+}
+
+// kubeNamespace is the namespace StartKubeAPIServer makes for the suite.
+const kubeNamespace = "locksuite"
+
+func (s *KubeAPIServer) Name() string { return "kube-apiserver" }
+
+// Endpoint is the API's host:port (HTTPS).
+func (s *KubeAPIServer) Endpoint() string { return s.addr }
+
+// URL is https://host:port.
+func (s *KubeAPIServer) URL() string { return "https://" + s.addr }
+
+// Member is the kube-apiserver process, for faults that stop (SIGSTOP) or
+// kill it. Its etcd is not stopped with it: it is embedded in this process.
+func (s *KubeAPIServer) Member() *Member { return s.m }
+
+// Pid is the kube-apiserver's process id.
+func (s *KubeAPIServer) Pid() int { return s.m.Pid() }
+
+// Log is the kube-apiserver's log file, in the directory Stop removes: copy
+// it before Stop to keep it.
+func (s *KubeAPIServer) Log() string { return filepath.Join(s.dir, "kube-apiserver.log") }
+
+// Namespace is "locksuite", made at start.
+func (s *KubeAPIServer) Namespace() string { return kubeNamespace }
+
+// RestConfig authenticates with the static token of the user "locksuite"
+// (group system:masters; the server authorizes every request anyway) and
+// trusts the server's test CA.
+func (s *KubeAPIServer) RestConfig() *rest.Config {
+	return &rest.Config{
+		Host:            s.URL(),
+		BearerToken:     s.token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: s.ca},
+		UserAgent:       "locksuite",
+	}
+}
+
+// kubeDisabledAdmission are the admission plugins on by default that the
+// harness turns off: they watch APIs it does not serve (webhooks, storage
+// classes, runtime classes, ...), and would wait for those watches before
+// admitting a request. NamespaceLifecycle stays on.
+var kubeDisabledAdmission = []string{
+	"LimitRanger", "ServiceAccount", "DefaultStorageClass", "PersistentVolumeClaimResize",
+	"DefaultTolerationSeconds", "MutatingAdmissionWebhook", "ValidatingAdmissionWebhook", "ResourceQuota",
+	"StorageObjectInUseProtection", "PodGroupProtection", "Priority", "TaintNodesByCondition", "RuntimeClass",
+	"CertificateApproval", "CertificateSigning", "ClusterTrustBundleAttest", "CertificateSubjectRestriction",
+	"DefaultIngressClass", "PodSecurity", "PodTopologyLabels", "MutatingAdmissionPolicy",
+	"ValidatingAdmissionPolicy", "NodeDeclaredFeatureValidator", "PodResizeValidator",
+}
+
+// StartKubeAPIServer starts kube-apiserver (KubeAPIServerBinary) on a free
+// loopback port, in its own process group, against an etcd embedded in this
+// process (StartEtcd), and waits until /readyz answers and the namespace
+// "locksuite" exists. Everything it needs is made in a temporary directory
+// that Stop removes: a test CA and a server certificate for 127.0.0.1, a
+// service-account signing key (ECDSA P-256), and a static token file with one
+// user, "locksuite", in the group system:masters.
+//
+// The server authorizes every authenticated request
+// (--authorization-mode=AlwaysAllow; anonymous requests are refused), runs
+// without priority and fairness, with NamespaceLifecycle its only admission
+// plugin and without the endpoints reconciler. It serves its default APIs:
+// with only the core and coordination.k8s.io APIs, its own informers
+// (webhook configurations, endpoint slices, service CIDRs, CRDs) never
+// sync, and it never becomes ready.
+func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
+	const fix = "run ci/setup.sh (builds kube-apiserver " + KubeAPIServerVersion + " with go build, about 5 minutes once), set LOCKSUITE_KUBE_APISERVER to a kube-apiserver binary, or name a cluster with KUBECONFIG"
+	bin, err := KubeAPIServerBinary()
+	if err != nil {
+		return nil, &Unavailable{"kube-apiserver", err, fix}
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, &Unavailable{"kube-apiserver", err, "free loopback ports"}
+	}
+	dir, err := tempdir.New("", "locksuite-kube-apiserver-")
+	if err != nil {
+		return nil, &Unavailable{"kube-apiserver", err, "a writable temporary directory"}
+	}
+	s := &KubeAPIServer{dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", port), token: randomSecret()}
+	fail := func(err error, fix string) (*KubeAPIServer, error) {
+		s.Stop()
+		return nil, &Unavailable{"kube-apiserver", err, fix}
+	}
+	certs, err := newPKI(dir, -1, -1)
+	if err != nil {
+		return fail(err, "a writable temporary directory")
+	}
+	s.ca = certs.ca
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fail(err, "a working crypto/rand")
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(saKey)
+	if err != nil {
+		return fail(err, "a working crypto/x509")
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return fail(err, "a working crypto/x509")
+	}
+	saPath, saPub := filepath.Join(dir, "service-account.key"), filepath.Join(dir, "service-account.pub")
+	if err := writePEM(saPath, "PRIVATE KEY", der, 0o600, -1, -1); err != nil {
+		return fail(err, "a writable temporary directory")
+	}
+	if err := writePEM(saPub, "PUBLIC KEY", pub, 0o644, -1, -1); err != nil {
+		return fail(err, "a writable temporary directory")
+	}
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(s.token+`,locksuite,locksuite,"system:masters"`+"\n"), 0o600); err != nil {
+		return fail(err, "a writable temporary directory")
+	}
+	if s.etcd, err = StartEtcd(ctx); err != nil {
+		return fail(err, "see the etcd error")
+	}
+	argv := []string{bin,
+		"--etcd-servers=" + s.etcd.URL(),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+		"--tls-cert-file=" + certs.serverCert, "--tls-private-key-file=" + certs.serverKey,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--token-auth-file=" + tokens, "--anonymous-auth=false",
+		"--authorization-mode=AlwaysAllow",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + saPub, "--service-account-signing-key-file=" + saPath,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--enable-admission-plugins=NamespaceLifecycle",
+		"--disable-admission-plugins=" + strings.Join(kubeDisabledAdmission, ","),
+		"--enable-priority-and-fairness=false",
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+	}
+	s.m = &Member{name: "kube-apiserver", addr: s.addr, dir: dir, start: func() (*proc, error) {
+		return startMemberProc("kube-apiserver", dir, nil, argv...)
+	}}
+	if err := s.m.run(); err != nil {
+		return fail(err, "check that "+bin+" runs")
+	}
+	s.m.mu.Lock()
+	p := s.m.p
+	s.m.mu.Unlock()
+	hc, err := rest.HTTPClientFor(s.RestConfig())
+	if err != nil {
+		return fail(err, "a readable test CA")
+	}
+	defer hc.CloseIdleConnections()
+	err = waitReady(ctx, p, 90*time.Second, func(ctx context.Context) error {
+		return kubeReady(ctx, hc, s.URL())
+	})
+	if err != nil {
+		return fail(err, "see the log above")
+	}
+	nsc, err := kubeNamespaces(s.RestConfig())
+	if err != nil {
+		return fail(err, "a readable test CA")
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kubeNamespace}}
+	err = faults.WaitHealthy(ctx, 30*time.Second, func(ctx context.Context) error {
+		_, err := nsc.Create(ctx, ns, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fail(fmt.Errorf("create namespace %s: %w", kubeNamespace, err), "see the server's log")
+	}
+	return s, nil
+}
+
+// kubeReady is nil once GET /readyz answers 200.
+func kubeReady(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+func kubeNamespaces(cfg *rest.Config) (corev1client.NamespaceInterface, error) {
+	c, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.Namespaces(), nil
+}
+
+// Stop stops kube-apiserver (SIGTERM, SIGKILL after 5 s; a SIGSTOPped
+// server is continued first), then its etcd, and removes the directory.
+func (s *KubeAPIServer) Stop() error {
+	s.once.Do(func() {
+		if s.m != nil {
+			s.m.end(syscall.SIGTERM, 5*time.Second)
+		}
+		if s.etcd != nil {
+			s.etcd.Stop()
+		}
+		os.RemoveAll(s.dir)
+	})
+	return nil
+}
+
+// KubeNamespace is a namespace that UseKubeconfig made in a cluster of the
+// user's own; Stop deletes it, and with it every Lease the suite left.
+type KubeNamespace struct {
+	cfg  *rest.Config
+	ns   string
+	once sync.Once
+}
+
+// UseKubeconfig loads the kubeconfig file at path (or, with path "", the
+// files KUBECONFIG names) in its current context, and creates a namespace
+// "locksuite-<random>" there for the suite. The kubeconfig's user needs to
+// create and delete namespaces, and to create, update and delete
+// coordination.k8s.io Leases in them.
+func UseKubeconfig(ctx context.Context, path string) (*KubeNamespace, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if path != "" {
+		rules.ExplicitPath = path
+	} else if os.Getenv("KUBECONFIG") == "" {
+		return nil, &Unavailable{"kubernetes", errors.New("KUBECONFIG is not set"), "set KUBECONFIG to a kubeconfig file, or leave it unset to let the harness start kube-apiserver"}
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, &Unavailable{"kubernetes", err, "check the kubeconfig (KUBECONFIG) and its current context"}
+	}
+	ns, err := kubeNamespaces(cfg)
+	if err != nil {
+		return nil, &Unavailable{"kubernetes", err, "check the kubeconfig's cluster and user"}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	made, err := ns.Create(cctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "locksuite-"}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, &Unavailable{"kubernetes", fmt.Errorf("create namespace at %s: %w", cfg.Host, err), "check that the cluster is reachable and that the kubeconfig's user may create namespaces"}
+	}
+	return &KubeNamespace{cfg: cfg, ns: made.Name}, nil
+}
+
+func (k *KubeNamespace) Name() string { return "kubernetes" }
+
+// Endpoint is the cluster's API server URL.
+func (k *KubeNamespace) Endpoint() string { return k.cfg.Host }
+
+// RestConfig is a copy of the kubeconfig's client configuration.
+func (k *KubeNamespace) RestConfig() *rest.Config { return rest.CopyConfig(k.cfg) }
+
+// Namespace is the namespace UseKubeconfig made.
+func (k *KubeNamespace) Namespace() string { return k.ns }
+
+// Stop deletes the namespace (the cluster removes what is in it), waiting
+// at most 30 s for the request, not for the namespace to be gone.
+func (k *KubeNamespace) Stop() error {
+	var err error
+	k.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var ns corev1client.NamespaceInterface
+		if ns, err = kubeNamespaces(k.cfg); err == nil {
+			err = ns.Delete(ctx, k.ns, metav1.DeleteOptions{})
+		}
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		if err != nil {
+			err = fmt.Errorf("delete namespace %s at %s: %w", k.ns, k.cfg.Host, err)
+		}
+	})
+	return err
+}
