@@ -7,12 +7,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/suite/local"
 )
 
 // TestBadInput: every bad invocation exits 2 with a message that names the
@@ -24,9 +26,9 @@ func TestBadInput(t *testing.T) {
 	}{
 		{nil, "Usage"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"run", "--backends", "zookeeper"}, `--backends: unknown "zookeeper": choose from consul,etcd,postgres,redis`},
+		{[]string{"run", "--backends", "memcached"}, `--backends: unknown "memcached": choose from ` + strings.Join(local.Names, ",") + ","},
 		{[]string{"run", "--backends", ""}, "--backends is empty"},
-		{[]string{"run", "--backends", "redlock"}, `--backends: unknown "redlock": choose from consul,etcd,postgres,redis,consul-lock,etcd-mutex,pg-xact,redsync,redsync-3`},
+		{[]string{"run", "--backends", "redlock"}, `--backends: unknown "redlock": choose from ` + strings.Join(append(slices.Clone(local.Names), local.Libraries...), ",")},
 		{[]string{"run", "--scenarios", "chaos-monkey"}, `--scenarios: unknown "chaos-monkey"`},
 		{[]string{"run", "--fencing", "maybe"}, `--fencing: unknown "maybe": choose from off,on`},
 		{[]string{"run", "--repeat", "0"}, "--repeat 0: it must be at least 1"},
@@ -45,7 +47,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "--progress", "sometimes"}, `--progress "sometimes": choose auto, off or a positive duration`},
 		{[]string{"run", "--progress", "-1s"}, `--progress "-1s"`},
 		{[]string{"run", "--keep-broken", ""}, "--keep-broken is empty: give a directory, auto"},
-		{[]string{"sweep", "--backend", "zookeeper"}, `--backend: unknown "zookeeper"`},
+		{[]string{"sweep", "--backend", "memcached"}, `--backend: unknown "memcached"`},
 		{[]string{"sweep", "--leases", "0s"}, `--leases: "0s" is not a positive duration`},
 		{[]string{"sweep", "--pauses", "soon"}, `--pauses: "soon" is not a positive duration`},
 		{[]string{"sweep", "--count", "0"}, "--count 0: at least one pause per cell"},
