@@ -1,17 +1,22 @@
 package local
 
 import (
+	"net/url"
+	"strings"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/locksuite/locksuite/backends/mysql"
 
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,6 +73,41 @@ func redisFromEnv() (*conn, error) {
 				Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
 		}
 		c.tls.RootCAs = pool
+	}
+	return c, nil
+}
+
+// mysqlFromEnv reads MYSQL_URL: a go-sql-driver DSN or a mysql:// URL.
+func mysqlFromEnv() (*conn, error) {
+	v := os.Getenv("MYSQL_URL")
+	if v == "" {
+		return nil, nil
+	}
+	dsn, err := mysql.DSN(v)
+	var cfg *gomysql.Config
+	if err == nil {
+		cfg, err = gomysql.ParseDSN(dsn)
+	}
+	if err != nil {
+		return nil, &servers.Unavailable{Backend: "mysql", Err: redact.Error(fmt.Errorf("MYSQL_URL %s: %w", redact.URL(v), err)),
+			Fix: "set MYSQL_URL to user:password@tcp(host:port)/db or mysql://user:password@host:port/db"}
+	}
+	return &conn{endpoint: v, secrets: []string{cfg.Passwd}}, nil
+}
+
+// natsFromEnv reads NATS_URL: nats://[user:password@]host:port, comma-
+// separated for several servers.
+func natsFromEnv() (*conn, error) {
+	v := os.Getenv("NATS_URL")
+	if v == "" {
+		return nil, nil
+	}
+	c := &conn{endpoint: v}
+	for _, a := range strings.Split(v, ",") {
+		if u, err := url.Parse(strings.TrimSpace(a)); err == nil && u.User != nil {
+			p, _ := u.User.Password()
+			c.secrets = append(c.secrets, p, u.User.Username())
+		}
 	}
 	return c, nil
 }

@@ -21,6 +21,9 @@ func TestCredentialsFromEnv(t *testing.T) {
 		"ETCDCTL_ENDPOINTS":  "https://127.0.0.1:2379",
 		"ETCDCTL_USER":       "root:etcdpw",
 		"CONSUL_HTTP_SSL":    "true",
+		"ZOOKEEPER_ADDRS":    "127.0.0.1:2181",
+		"MYSQL_URL":          "locksuite:mysqlpw@tcp(127.0.0.1:3306)/locksuite",
+		"NATS_URL":           "nats://127.0.0.1:4222",
 		"UNRELATED_PASSWORD": "not-ours",
 	}
 	for k, v := range vars {

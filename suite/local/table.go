@@ -159,6 +159,7 @@ func table() []backend {
 		// seconds: 1 s is the shortest lease.
 		name: "mysql", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
 		vars:    []string{"MYSQL_URL"},
+		fromEnv: mysqlFromEnv,
 		start:   func(ctx context.Context) (servers.Server, error) { return servers.StartMariaDB(ctx) },
 		probe:   probeMySQL,
 		servers: oneProcess("mariadbd", noClockMariaDB),
@@ -166,9 +167,10 @@ func table() []backend {
 	natsSvc := &service{
 		// The server refuses per-key TTLs under a second.
 		name: "nats", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
-		vars:  []string{"NATS_URL"},
-		start: func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
-		probe: probeNATS,
+		vars:    []string{"NATS_URL"},
+		fromEnv: natsFromEnv,
+		start:   func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
+		probe:   probeNATS,
 		// Embedded in this process: no member to stop or to move.
 		servers: func(sv *service, s servers.Server) suite.Servers { return &single{svc: sv, s: s} },
 	}
