@@ -153,6 +153,9 @@ func TestWrongServer(t *testing.T) {
 		{"consul", "CONSUL_HTTP_ADDR", et.Endpoint(), "check CONSUL_HTTP_ADDR"},
 		{"etcd", "ETCDCTL_ENDPOINTS", rd.Endpoint(), "check ETCDCTL_ENDPOINTS"},
 		{"postgres", "DATABASE_URL", "postgres://locksuite@" + strings.TrimPrefix(co.Endpoint(), "http://") + "/postgres?sslmode=disable", "check DATABASE_URL"},
+		{"mysql", "MYSQL_URL", "locksuite@tcp(" + rd.Endpoint() + ")/locksuite", "check MYSQL_URL"},
+		{"nats-kv", "NATS_URL", "nats://" + pgAddr, "check NATS_URL"},
+		{"zookeeper", "ZOOKEEPER_ADDRS", rd.Endpoint(), "check ZOOKEEPER_ADDRS"},
 	} {
 		t.Run(tc.env+" names another server", func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)
@@ -169,8 +172,9 @@ func TestWrongServer(t *testing.T) {
 			if code != 2 {
 				t.Errorf("exit %d, want 2", code)
 			}
-			if !strings.Contains(errb.String(), tc.backend+" unavailable") || !strings.Contains(errb.String(), tc.want) ||
-				!strings.Contains(errb.String(), "does not answer as "+tc.backend+" (is it another kind of server?)") {
+			svc := strings.TrimSuffix(tc.backend, "-kv") // the service nats-kv runs on is nats
+			if !strings.Contains(errb.String(), svc+" unavailable") || !strings.Contains(errb.String(), tc.want) ||
+				!strings.Contains(errb.String(), "does not answer as "+svc+" (is it another kind of server?)") {
 				t.Errorf("stderr does not name %s and the fix %q:\n%s", tc.backend, tc.want, errb.String())
 			}
 			if took > 30*time.Second {

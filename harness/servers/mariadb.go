@@ -97,7 +97,9 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 	data := filepath.Join(dir, "data")
 	// The server's settings, for the bootstrap and the server alike
 	// (--no-defaults: no /etc/mysql/my.cnf of the machine's own server).
-	common := []string{"--no-defaults", "--datadir=" + data, "--skip-name-resolve", "--skip-log-bin",
+	// --tmpdir: the server's own directory, not $TMPDIR, which may be
+	// private to this process's user (a test binary's), not the mysql user's.
+	common := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + dir, "--skip-name-resolve", "--skip-log-bin",
 		"--innodb-flush-log-at-trx-commit=0", "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M"}
 	cmd := exec.CommandContext(ctx, installDB, append(common[:1:1], append([]string{
 		"--auth-root-authentication-method=normal", "--skip-test-db"}, common[1:]...)...)...)

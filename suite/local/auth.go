@@ -478,3 +478,58 @@ func speaksTLS(addr string) bool {
 	c.Close()
 	return true
 }
+
+func diagnoseMySQL(s symptoms) (problem, fix string) {
+	switch {
+	case s.has("Error 1045", "Access denied"):
+		return "authentication failed: wrong user name or password", "put the right user and password in MYSQL_URL: user:password@tcp(host:port)/db or mysql://user:password@host:port/db"
+	case s.has("Error 3159", "insecure transport"):
+		return "server requires TLS", "add tls=true to MYSQL_URL (tls=skip-verify for a private CA)"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "use tls=skip-verify in MYSQL_URL, or give the server a certificate the system trusts"
+	}
+	return "", "check MYSQL_URL (user:password@tcp(host:port)/db or mysql://user:password@host:port/db), or unset it to let the harness start a MariaDB server"
+}
+
+func diagnoseNATS(s symptoms) (problem, fix string) {
+	switch {
+	case s.has("Authorization Violation", "authorization violation", "Authentication Expired"):
+		return "authentication failed: wrong or missing user name, password or token", "put the right credentials in NATS_URL: nats://user:password@host:port"
+	case s.has("JetStream:"):
+		return "the server runs without JetStream", "start nats-server with -js (JetStream), or unset NATS_URL to let the harness embed one"
+	case s.has("TLS required", "tls: first record", "secure connection"):
+		return "server requires TLS", "use a tls:// URL in NATS_URL"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "give the server a certificate the system trusts"
+	}
+	return "", "check NATS_URL (nats://[user:password@]host:port, comma-separated), or unset it to let the harness embed a server"
+}
+
+func diagnoseZooKeeper(s symptoms) (problem, fix string) {
+	return "", "check ZOOKEEPER_ADDRS (host:port of each server, comma-separated, no chroot), or unset it to let the harness start one"
+}
+
+// mysqlHostPort is the address in a MYSQL_URL DSN or URL.
+func mysqlHostPort(ep string) string {
+	dsn, err := mysql.DSN(strings.TrimSpace(ep))
+	if err != nil {
+		return ""
+	}
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		return ""
+	}
+	return cfg.Addr
+}
+
+// natsHostPort is the first server's host:port in NATS_URL.
+func natsHostPort(ep string) string {
+	u, err := url.Parse(strings.TrimSpace(strings.Split(ep, ",")[0]))
+	if err != nil || u.Host == "" {
+		return stripScheme(strings.Split(ep, ",")[0])
+	}
+	if u.Port() == "" {
+		return net.JoinHostPort(u.Hostname(), "4222")
+	}
+	return u.Host
+}

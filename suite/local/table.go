@@ -149,28 +149,34 @@ func table() []backend {
 		// tickTime 100 ms, minSessionTimeout 200 ms on the harness's server;
 		// a stalled session is freed within a tick of its timeout.
 		name: "zookeeper", lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-		vars:    []string{"ZOOKEEPER_ADDRS"},
-		start:   func(ctx context.Context) (servers.Server, error) { return servers.StartZooKeeper(ctx) },
-		probe:   probeZooKeeper,
-		servers: oneProcess("zookeeper", noClockZooKeeper),
+		vars:       []string{"ZOOKEEPER_ADDRS"},
+		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartZooKeeper(ctx) },
+		probe:      probeZooKeeper,
+		diagnose:   diagnoseZooKeeper,
+		hostPortOf: func(ep string) string { return strings.TrimSpace(strings.Split(ep, ",")[0]) },
+		servers:    oneProcess("zookeeper", noClockZooKeeper),
 	}
 	mysqlSvc := &service{
 		// wait_timeout, which frees a stalled holder's GET_LOCK, has whole
 		// seconds: 1 s is the shortest lease.
 		name: "mysql", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
-		vars:    []string{"MYSQL_URL"},
-		fromEnv: mysqlFromEnv,
-		start:   func(ctx context.Context) (servers.Server, error) { return servers.StartMariaDB(ctx) },
-		probe:   probeMySQL,
-		servers: oneProcess("mariadbd", noClockMariaDB),
+		vars:       []string{"MYSQL_URL"},
+		fromEnv:    mysqlFromEnv,
+		diagnose:   diagnoseMySQL,
+		hostPortOf: mysqlHostPort,
+		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartMariaDB(ctx) },
+		probe:      probeMySQL,
+		servers:    oneProcess("mariadbd", noClockMariaDB),
 	}
 	natsSvc := &service{
 		// The server refuses per-key TTLs under a second.
 		name: "nats", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
-		vars:    []string{"NATS_URL"},
-		fromEnv: natsFromEnv,
-		start:   func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
-		probe:   probeNATS,
+		vars:       []string{"NATS_URL"},
+		fromEnv:    natsFromEnv,
+		diagnose:   diagnoseNATS,
+		hostPortOf: natsHostPort,
+		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
+		probe:      probeNATS,
 		// Embedded in this process: no member to stop or to move.
 		servers: func(sv *service, s servers.Server) suite.Servers { return &single{svc: sv, s: s} },
 	}
