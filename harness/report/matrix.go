@@ -134,7 +134,7 @@ func NewMatrix(rows []Row) Matrix {
 		default:
 			c.Unknown++
 		}
-		if r.Expected != "" && (r.Verdict == Kept || r.Verdict == Broken) && string(r.Verdict) != string(r.Expected) {
+		if (r.Expected == Kept || r.Expected == Broken) && (r.Verdict == Kept || r.Verdict == Broken) && string(r.Verdict) != string(r.Expected) {
 			c.Unexpected++
 		}
 		if (r.Verdict == Skipped || r.Verdict == Unknown) && r.Reason != "" {

@@ -16,6 +16,8 @@ func TestMatrixCells(t *testing.T) {
 	bad.Expected = Kept
 	b0 := b
 	b0.Lost = 0
+	measured := b
+	measured.Expected = Measured
 	for _, tc := range []struct {
 		name  string
 		rows  []Row
@@ -26,6 +28,7 @@ func TestMatrixCells(t *testing.T) {
 		{"broken", []Row{b}, "BROKEN 4 lost", "broken"},
 		{"broken by overlaps alone", []Row{b0}, "BROKEN", "broken"},
 		{"broken, expected kept", []Row{bad}, "BROKEN 4 lost !", "broken"},
+		{"broken, measured", []Row{measured}, "BROKEN 4 lost", "broken"},
 		{"unknown", []Row{u}, "unknown [1]", "unknown"},
 		{"skipped", []Row{sk}, "– [1]", "skipped"},
 		{"repeated, all broken", []Row{b, b, b}, "broken 3/3", "broken"},
