@@ -25,40 +25,21 @@ package zklock
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/zksession"
+	"github.com/locksuite/locksuite/backends/zookeeper"
 )
 
-// Config describes one client of one zk.Lock.
-type Config struct {
-	// Servers are the ensemble's host:port addresses. Required.
-	Servers []string
-	// Dial, if not nil, makes every connection to the servers (through
-	// zk.WithDialer). Default: a plain TCP dial.
-	Dial func(ctx context.Context, network, address string) (net.Conn, error)
-	// TLS, if not nil, wraps every connection in TLS with this
-	// configuration. Default nil: plain.
-	TLS *tls.Config
-	// Auth, if not empty, is "user:password": the session authenticates
-	// with the digest scheme and the lock's znodes get all rights for that
-	// user only (the acl argument of zk.NewLock). Default: world:anyone.
-	Auth string
-	// Key names the lock: its znode is "/" + Key, which zk.NewLock takes
-	// as the path that only this lock uses. Required.
-	Key string
-	// Lease is the session timeout; the server must grant exactly this
-	// (see the zookeeper adapter). Default 1s.
-	Lease time.Duration
-	_     struct{}
-}
+// Config describes one client of one zk.Lock: the zookeeper adapter's
+// Config, with the same meaning (Key is the path zk.NewLock takes; Auth's
+// user gets all rights to the lock's znodes, the acl argument of
+// zk.NewLock).
+type Config = zookeeper.Config
 
 type locker struct{ *zksession.Lock }
 
