@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -72,11 +71,9 @@ func serveNATSMember(v string) int {
 // NATSCluster is a JetStream cluster of NATS servers, each its own process,
 // started by StartNATSCluster.
 type NATSCluster struct {
-	dir     string
-	members []*Member
-	http    map[*Member]string // member → its monitoring address
-	hc      *http.Client
-	once    sync.Once
+	group
+	http map[*Member]string // member → its monitoring address
+	hc   *http.Client
 }
 
 func (s *NATSCluster) Name() string { return "nats-cluster" }
@@ -90,8 +87,6 @@ func (s *NATSCluster) Endpoint() string {
 	}
 	return strings.Join(urls, ",")
 }
-
-func (s *NATSCluster) Members() []*Member { return s.members }
 
 // StartNATSCluster starts n NATS servers with JetStream (three for the
 // failover scenario) on free loopback ports, routed to each other as one
@@ -116,7 +111,7 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &NATSCluster{dir: dir, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
+	s := &NATSCluster{group: group{dir: dir}, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
@@ -227,19 +222,11 @@ func (s *NATSCluster) Healthy(ctx context.Context) error {
 func (s *NATSCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
 
 func (s *NATSCluster) Restart(ctx context.Context) error {
-	if err := restartKilled(s.members); err != nil {
-		return err
-	}
-	return faults.WaitHealthy(ctx, 60*time.Second, s.Healthy)
+	return s.restart(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the cluster's directory.
 func (s *NATSCluster) Stop() error {
-	s.once.Do(func() {
-		for _, m := range s.members {
-			m.end(syscall.SIGTERM, 5*time.Second)
-		}
-		os.RemoveAll(s.dir)
-	})
+	s.stop(syscall.SIGTERM, 5*time.Second, nil)
 	return nil
 }

@@ -286,9 +286,7 @@ func (s *ZooKeeper) Stop() error {
 // its own process with its own ports and data directory, started by
 // StartZooKeeperEnsemble.
 type ZooKeeperEnsemble struct {
-	dir     string
-	members []*Member
-	once    sync.Once
+	group
 }
 
 func (s *ZooKeeperEnsemble) Name() string { return "zookeeper-ensemble" }
@@ -297,16 +295,6 @@ func (s *ZooKeeperEnsemble) Name() string { return "zookeeper-ensemble" }
 // a ZooKeeper connect string without a chroot).
 func (s *ZooKeeperEnsemble) Endpoint() string { return strings.Join(s.Addrs(), ",") }
 
-// Addrs are the servers' client addresses.
-func (s *ZooKeeperEnsemble) Addrs() []string {
-	var out []string
-	for _, m := range s.members {
-		out = append(out, m.addr)
-	}
-	return out
-}
-
-func (s *ZooKeeperEnsemble) Members() []*Member { return s.members }
 
 // StartZooKeeperEnsemble starts n ZooKeeper servers (three for the failover
 // scenario) on free loopback ports, configured as StartZooKeeper's server is
@@ -326,7 +314,7 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 	if err != nil {
 		return nil, fail(err, "a writable temporary directory")
 	}
-	s := &ZooKeeperEnsemble{dir: dir}
+	s := &ZooKeeperEnsemble{group{dir: dir}}
 	var peers []string
 	for i := range n {
 		peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
@@ -424,19 +412,11 @@ func (s *ZooKeeperEnsemble) Healthy(ctx context.Context) error {
 func (s *ZooKeeperEnsemble) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
 
 func (s *ZooKeeperEnsemble) Restart(ctx context.Context) error {
-	if err := restartKilled(s.members); err != nil {
-		return err
-	}
-	return faults.WaitHealthy(ctx, 60*time.Second, s.Healthy)
+	return s.restart(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the ensemble's directory.
 func (s *ZooKeeperEnsemble) Stop() error {
-	s.once.Do(func() {
-		for _, m := range s.members {
-			m.end(syscall.SIGTERM, 3*time.Second)
-		}
-		os.RemoveAll(s.dir)
-	})
+	s.stop(syscall.SIGTERM, 3*time.Second, nil)
 	return nil
 }
