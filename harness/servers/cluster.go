@@ -238,3 +238,39 @@ func restartKilled(ms []*Member) error {
 	}
 	return nil
 }
+
+// agree asks each running member of ms for the leader it sees (leaderOf)
+// and returns the one they all name, or an error naming the member that
+// sees none ("has no " + what) or the two leaders named.
+func agree(ms []*Member, what string, leaderOf func(*Member) (string, error)) (string, error) {
+	agreed := ""
+	for _, m := range ms {
+		l, err := leaderOf(m)
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case l == "":
+			return "", fmt.Errorf("%s has no %s", m.name, what)
+		case agreed != "" && l != agreed:
+			return "", fmt.Errorf("servers disagree on the %s (%s, %s)", what, agreed, l)
+		}
+		agreed = l
+	}
+	return agreed, nil
+}
+
+// eachRunning runs check on each running member, in order, and returns its
+// first error (or running's, when no member runs).
+func (g *group) eachRunning(check func(*Member) error) error {
+	ms, err := running(g.members)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := check(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}

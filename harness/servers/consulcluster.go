@@ -119,19 +119,15 @@ func (s *ConsulCluster) status(ctx context.Context) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	agreed := ""
-	for _, m := range ms {
+	agreed, err := agree(ms, "leader", func(m *Member) (string, error) {
 		l, err := s.clients[m].Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", m.name, err)
+			return "", fmt.Errorf("%s: %w", m.name, err)
 		}
-		switch {
-		case l == "":
-			return nil, fmt.Errorf("%s has no leader", m.name)
-		case agreed != "" && l != agreed:
-			return nil, fmt.Errorf("servers disagree on the leader (%s, %s)", agreed, l)
-		}
-		agreed = l
+		return l, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if l := s.raft[agreed]; l != nil && l.Running() {
 		return l, nil
@@ -146,17 +142,13 @@ func (s *ConsulCluster) Healthy(ctx context.Context) error {
 	if _, err := s.status(ctx); err != nil {
 		return err
 	}
-	ms, err := running(s.members)
-	if err != nil {
-		return err
-	}
-	for _, m := range ms {
+	return s.eachRunning(func(m *Member) error {
 		_, _, err := s.clients[m].KV().Get("locksuite-health", (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
 			return fmt.Errorf("%s: consistent read: %w", m.name, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (s *ConsulCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }

@@ -171,23 +171,15 @@ func (s *NATSCluster) status(ctx context.Context) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	agreed := ""
-	for _, m := range ms {
+	agreed, err := agree(ms, "JetStream meta leader", func(m *Member) (string, error) {
 		var jsz natsserver.JSInfo
-		if err := s.get(ctx, m, "/jsz", &jsz); err != nil {
-			return nil, err
+		if err := s.get(ctx, m, "/jsz", &jsz); err != nil || jsz.Meta == nil {
+			return "", err
 		}
-		l := ""
-		if jsz.Meta != nil {
-			l = jsz.Meta.Leader
-		}
-		switch {
-		case l == "":
-			return nil, fmt.Errorf("%s has no JetStream meta leader", m.name)
-		case agreed != "" && l != agreed:
-			return nil, fmt.Errorf("servers disagree on the meta leader (%s, %s)", agreed, l)
-		}
-		agreed = l
+		return jsz.Meta.Leader, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, m := range ms {
 		if m.name == agreed {
@@ -204,16 +196,7 @@ func (s *NATSCluster) Healthy(ctx context.Context) error {
 	if _, err := s.status(ctx); err != nil {
 		return err
 	}
-	ms, err := running(s.members)
-	if err != nil {
-		return err
-	}
-	for _, m := range ms {
-		if err := s.get(ctx, m, "/healthz", nil); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.eachRunning(func(m *Member) error { return s.get(ctx, m, "/healthz", nil) })
 }
 
 // Leader is the JetStream meta leader (which places streams; a key-value

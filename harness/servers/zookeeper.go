@@ -295,7 +295,6 @@ func (s *ZooKeeperEnsemble) Name() string { return "zookeeper-ensemble" }
 // a ZooKeeper connect string without a chroot).
 func (s *ZooKeeperEnsemble) Endpoint() string { return strings.Join(s.Addrs(), ",") }
 
-
 // StartZooKeeperEnsemble starts n ZooKeeper servers (three for the failover
 // scenario) on free loopback ports, configured as StartZooKeeper's server is
 // (tickTime 100 ms: a follower gives up on a silent leader after syncLimit,
