@@ -159,7 +159,6 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	}
 }
 
-// Close closes the session (revoking its lease) and the client if New made it.
 // closeSession, at the first Close, ends the live session (revoking its
 // lease: the server frees the mutex at once).
 func (l *locker) closeSession() {
