@@ -25,7 +25,7 @@ func Check(pkg, key, what string, lease *time.Duration, def, min time.Duration, 
 		*lease = def
 	}
 	if *lease < 0 {
-		return fmt.Errorf("%s: lease %v is negative", pkg, *lease)
+		return fmt.Errorf("%s: lease %v is negative: set a positive lease, or 0 for the default %v", pkg, *lease, def)
 	}
 	if *lease < min {
 		return fmt.Errorf("%s: lease %v is below %s", pkg, *lease, why)
