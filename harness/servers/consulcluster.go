@@ -12,7 +12,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // ConsulCluster is n Consul servers (-server, -bootstrap-expect=n, joined
@@ -39,13 +38,9 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " once), or set LOCKSUITE_CONSUL to a consul binary"}
 	}
-	ports, err := freePorts(4 * n)
+	ports, dir, err := portsAndDir(4*n, "consul-cluster")
 	if err != nil {
-		return nil, &Unavailable{"consul-cluster", err, "free loopback ports"}
-	}
-	dir, err := tempdir.New("", "locksuite-consul-cluster-")
-	if err != nil {
-		return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
+		return nil, &Unavailable{"consul-cluster", err, "free loopback ports and a writable temporary directory"}
 	}
 	s := &ConsulCluster{group: group{dir: dir}, raft: map[string]*Member{}, clients: map[*Member]*api.Client{}}
 	var join []string

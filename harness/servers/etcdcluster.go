@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -113,11 +112,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	ports, err := freePorts(2 * n)
-	if err != nil {
-		return nil, fail(err)
-	}
-	dir, err := tempdir.New("", "locksuite-etcd-cluster-")
+	ports, dir, err := portsAndDir(2*n, "etcd-cluster")
 	if err != nil {
 		return nil, fail(err)
 	}

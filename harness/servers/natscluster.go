@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
@@ -103,11 +102,7 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	ports, err := freePorts(3 * n)
-	if err != nil {
-		return nil, fail(err)
-	}
-	dir, err := tempdir.New("", "locksuite-nats-cluster-")
+	ports, dir, err := portsAndDir(3*n, "nats-cluster")
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -69,13 +68,9 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 	if err != nil {
 		return nil, fail(err, "install it (apt-get install redis-sentinel, or run ci/setup.sh)")
 	}
-	ports, err := freePorts(5)
+	ports, dir, err := portsAndDir(5, "redis-sentinel")
 	if err != nil {
-		return nil, fail(err, "free loopback ports")
-	}
-	dir, err := tempdir.New("", "locksuite-redis-sentinel-")
-	if err != nil {
-		return nil, fail(err, "a writable temporary directory")
+		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
 	s := &RedisSentinel{group: group{dir: dir}, primary: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	for i := range 2 {

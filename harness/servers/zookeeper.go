@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // zkJars: the harness runs Debian's ZooKeeper (package zookeeper, 3.8) as a plain java
@@ -192,14 +191,11 @@ func (s *ZooKeeper) Pid() int { return s.p.Pid() }
 func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 	o := apply(opts)
 	fail := func(err error, fix string) error { return &Unavailable{"zookeeper", err, fix} }
-	port, err := FreePort()
+	ports, dir, err := portsAndDir(1, "zookeeper")
 	if err != nil {
-		return nil, fail(err, "free a loopback port")
+		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
-	dir, err := tempdir.New("", "locksuite-zookeeper-")
-	if err != nil {
-		return nil, fail(err, "a writable temporary directory")
-	}
+	port := ports[0]
 	s := &ZooKeeper{addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	var extra []string
 	if o.auth {
@@ -305,13 +301,9 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 	if n < 1 {
 		return nil, fail(fmt.Errorf("%d servers", n), "ask for at least one (three for failover)")
 	}
-	ports, err := freePorts(3 * n)
+	ports, dir, err := portsAndDir(3*n, "zookeeper-ensemble")
 	if err != nil {
-		return nil, fail(err, "free loopback ports")
-	}
-	dir, err := tempdir.New("", "locksuite-zookeeper-ensemble-")
-	if err != nil {
-		return nil, fail(err, "a writable temporary directory")
+		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
 	s := &ZooKeeperEnsemble{group{dir: dir}}
 	var peers []string
