@@ -274,3 +274,20 @@ func (g *group) eachRunning(check func(*Member) error) error {
 	}
 	return nil
 }
+
+// memberDir makes member name's directory in the group's.
+func (g *group) memberDir(name string) (string, error) {
+	dir := filepath.Join(g.dir, name)
+	return dir, os.Mkdir(dir, 0o700)
+}
+
+// add runs member name (directory dir, client address 127.0.0.1:port),
+// which start starts, and adds it to the group.
+func (g *group) add(name, dir string, port int, start func() (*proc, error)) (*Member, error) {
+	m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, start: start}
+	if err := m.run(); err != nil {
+		return nil, err
+	}
+	g.members = append(g.members, m)
+	return m, nil
+}

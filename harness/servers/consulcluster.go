@@ -49,8 +49,8 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	}
 	for i := range n {
 		name := fmt.Sprintf("consul-%d", i+1)
-		mdir := filepath.Join(dir, name)
-		if err := os.Mkdir(mdir, 0o700); err != nil {
+		mdir, err := s.memberDir(name)
+		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 		}
@@ -84,13 +84,11 @@ log_level = "warn"
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 		}
-		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[4*i]), dir: mdir}
-		m.start = func() (*proc, error) { return startMemberProc(name, mdir, nil, bin, "agent", "-config-file", cf) }
-		if err := m.run(); err != nil {
+		m, err := s.add(name, mdir, ports[4*i], func() (*proc, error) { return startMemberProc(name, mdir, nil, bin, "agent", "-config-file", cf) })
+		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "check that " + bin + " runs"}
 		}
-		s.members = append(s.members, m)
 		s.raft[fmt.Sprintf("127.0.0.1:%d", ports[4*i+3])] = m
 		ac := api.DefaultConfig()
 		ac.Address = m.addr

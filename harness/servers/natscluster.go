@@ -113,22 +113,20 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 	}
 	for i := range n {
 		name := fmt.Sprintf("nats-%d", i+1)
-		mdir := filepath.Join(dir, name)
-		if err := os.Mkdir(mdir, 0o700); err != nil {
+		mdir, err := s.memberDir(name)
+		if err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
 		spec, _ := json.Marshal(natsMemberSpec{Name: name, Dir: filepath.Join(mdir, "jetstream"),
 			Port: ports[3*i], ClusterPort: ports[3*i+1], HTTPPort: ports[3*i+2], Routes: strings.Join(routes, ",")})
-		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), dir: mdir}
-		m.start = func() (*proc, error) {
+		m, err := s.add(name, mdir, ports[3*i], func() (*proc, error) {
 			return startMemberProc(name, mdir, []string{natsMemberEnv + "=" + string(spec)}, exe)
-		}
-		if err := m.run(); err != nil {
+		})
+		if err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
-		s.members = append(s.members, m)
 		s.http[m] = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 	}
 	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {

@@ -332,13 +332,10 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 			s.Stop()
 			return nil, fail(err, zkInstall)
 		}
-		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), dir: mdir}
-		m.start = func() (*proc, error) { return startMemberProc(name, mdir, nil, argv...) }
-		if err := m.run(); err != nil {
+		if _, err := s.add(name, mdir, ports[3*i], func() (*proc, error) { return startMemberProc(name, mdir, nil, argv...) }); err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+argv[0]+" runs")
 		}
-		s.members = append(s.members, m)
 	}
 	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
