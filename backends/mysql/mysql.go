@@ -329,23 +329,12 @@ func (l *locker) Close() error {
 	l.held = nil
 	l.mu.Unlock()
 	if held != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = held.Release(ctx)
-		cancel()
+		adapt.ReleaseHeld(held)
 	}
 	return l.db.Close()
 }
 
-func quoteIdent(s string) string {
-	out := []byte{'`'}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '`' {
-			out = append(out, '`')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '`'))
-}
+func quoteIdent(s string) string { return adapt.Quote(s, '`') }
 
 type lease struct {
 	l     *locker

@@ -360,9 +360,7 @@ func (l *locker) Close() error {
 	l.held = nil
 	l.mu.Unlock()
 	if held != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = held.Release(ctx)
-		cancel()
+		adapt.ReleaseHeld(held)
 	}
 	if nc != nil {
 		nc.Close()

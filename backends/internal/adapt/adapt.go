@@ -137,3 +137,25 @@ func (l *Lost) channel() chan struct{} {
 	}
 	return l.ch
 }
+
+// Quote wraps s in q, doubling every q inside it: SQL's quoting of an
+// identifier (MySQL's backquote) or of a string literal (').
+func Quote(s string, q byte) string {
+	out := []byte{q}
+	for i := 0; i < len(s); i++ {
+		if s[i] == q {
+			out = append(out, q)
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, q))
+}
+
+// ReleaseHeld releases held, giving it up to a second: a Locker's Close
+// frees the lease it still holds before it closes its connection (if the
+// server cannot be asked in time, the lease's own expiry frees it).
+func ReleaseHeld(held backends.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = held.Release(ctx)
+}
