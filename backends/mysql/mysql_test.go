@@ -22,13 +22,7 @@ import (
 var dsn string
 
 func TestMain(m *testing.M) {
-	os.Exit(lockertest.Main(m, "MYSQL_URL", "mariadb", &dsn, func(ctx context.Context) (string, func() error, error) {
-		s, err := servers.StartMariaDB(ctx)
-		if err != nil {
-			return "", nil, err
-		}
-		return s.DSN(), s.Stop, nil
-	}))
+	os.Exit(lockertest.Main(m, "MYSQL_URL", &dsn, servers.StartMariaDB, (*servers.MariaDB).DSN))
 }
 
 // newLocker returns a Locker of key, through proxy p if not nil, closed and

@@ -24,13 +24,7 @@ import (
 var url string
 
 func TestMain(m *testing.M) {
-	os.Exit(lockertest.Main(m, "NATS_URL", "nats", &url, func(ctx context.Context) (string, func() error, error) {
-		s, err := servers.StartNATS(ctx)
-		if err != nil {
-			return "", nil, err
-		}
-		return s.URL(), s.Stop, nil
-	}))
+	os.Exit(lockertest.Main(m, "NATS_URL", &url, servers.StartNATS, (*servers.NATS).URL))
 }
 
 // newLocker returns a Locker of key, through proxy p if not nil, closed and

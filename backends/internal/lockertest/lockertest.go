@@ -15,6 +15,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/servers"
 )
 
 // Acquire acquires l within d, or fails the test.
@@ -188,22 +189,23 @@ func Proxy(t *testing.T, target string) *faults.Proxy {
 
 // Main runs m against the server that the environment variable env names
 // (its address, URL or DSN), or, when env is unset, against one that start
-// starts (within a minute) and stops after m. It sets *addr to the address
-// start returns and reports how long the start took; a failed start is the
-// exit code 1. A package's TestMain is os.Exit(lockertest.Main(...)).
-func Main(m *testing.M, env, name string, addr *string, start func(context.Context) (string, func() error, error)) int {
+// starts (within a minute) and stops after m. It sets *addr to env's value
+// or to the started server's endpoint (what endpoint returns) and reports
+// how long the start took; a failed start is the exit code 1. A package's
+// TestMain is os.Exit(lockertest.Main(...)).
+func Main[S servers.Server](m *testing.M, env string, addr *string, start func(context.Context, ...servers.Option) (S, error), endpoint func(S) string) int {
 	if *addr = os.Getenv(env); *addr == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		t0 := time.Now()
-		a, stop, err := start(ctx)
+		s, err := start(ctx)
 		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer stop()
-		fmt.Fprintf(os.Stderr, "%s started in %v\n", name, time.Since(t0).Round(time.Millisecond))
-		*addr = a
+		defer s.Stop()
+		fmt.Fprintf(os.Stderr, "%s started in %v\n", s.Name(), time.Since(t0).Round(time.Millisecond))
+		*addr = endpoint(s)
 	}
 	return m.Run()
 }
