@@ -14,9 +14,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"math"
 	"net"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -59,11 +57,8 @@ type Config struct {
 }
 
 type locker struct {
-	c      *clientv3.Client
-	own    bool
-	key    string
-	ttl    int64
-	closed atomic.Bool
+	*etcdconn.Conn
+	key string
 }
 
 // New returns a Locker for cfg. It connects lazily.
@@ -71,23 +66,16 @@ func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("etcd", cfg.Key, "the lock key", &cfg.TTL, time.Second, 0, ""); err != nil {
 		return nil, err
 	}
-	l := &locker{c: cfg.Client, key: cfg.Key, ttl: int64(math.Ceil(cfg.TTL.Seconds()))}
-	if l.c == nil {
-		c, err := etcdconn.New("etcd", cfg.Endpoints, cfg.TLS, cfg.Username, cfg.Password, cfg.Dial)
-		if err != nil {
-			return nil, err
-		}
-		l.c, l.own = c, true
+	c, err := etcdconn.Open("etcd", cfg.Client, cfg.TTL, cfg.Endpoints, cfg.TLS, cfg.Username, cfg.Password, cfg.Dial)
+	if err != nil {
+		return nil, err
 	}
-	return l, nil
+	return &locker{Conn: c, key: cfg.Key}, nil
 }
 
+// TTL, Expiry (TTL plus the lessor's 500 ms expiry check) and Close are
+// etcdconn.Conn's.
 var _ backends.TTLer = (*locker)(nil)
-
-func (l *locker) TTL() time.Duration { return time.Duration(l.ttl) * time.Second }
-
-// Expiry is TTL plus the lessor's 500 ms expiry check.
-func (l *locker) Expiry() time.Duration { return l.TTL() + 500*time.Millisecond }
 
 // Acquire tries until it holds the lock or ctx is done. A client stalled while
 // it waited can find its lease expired ("requested lease not found"): it
@@ -97,11 +85,11 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 }
 
 func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
-	if l.closed.Load() {
+	if l.Closed() {
 		return nil, backends.ErrClosed
 	}
 	wrap := func(err error) error { return adapt.Wrap(ctx, "etcd", "acquire", l.key, err) }
-	g, err := l.c.Grant(ctx, l.ttl)
+	g, err := l.C.Grant(ctx, l.Seconds)
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -111,9 +99,9 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		stop()
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, _ = l.c.Revoke(rctx, g.ID)
+		_, _ = l.C.Revoke(rctx, g.ID)
 	}
-	ka, err := l.c.KeepAlive(kctx, g.ID)
+	ka, err := l.C.KeepAlive(kctx, g.ID)
 	if err != nil {
 		revoke()
 		return nil, wrap(err)
@@ -125,7 +113,7 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		s.lost.Mark()
 	}()
 	for {
-		resp, err := l.c.Txn(ctx).
+		resp, err := l.C.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", 0)).
 			Then(clientv3.OpPut(l.key, fmt.Sprint(g.ID), clientv3.WithLease(g.ID))).
 			Else(clientv3.OpGet(l.key)).
@@ -144,7 +132,7 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 			continue
 		}
 		wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wch := l.c.Watch(wctx, l.key, clientv3.WithRev(held[0].ModRevision+1), clientv3.WithFilterPut())
+		wch := l.C.Watch(wctx, l.key, clientv3.WithRev(held[0].ModRevision+1), clientv3.WithFilterPut())
 	wait:
 		for {
 			select {
@@ -160,13 +148,6 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		}
 		wcancel()
 	}
-}
-
-func (l *locker) Close() error {
-	if l.closed.Swap(true) || !l.own {
-		return nil
-	}
-	return l.c.Close()
 }
 
 type lease struct {
@@ -187,14 +168,14 @@ func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 // revision), then revokes the lease.
 func (s *lease) Release(ctx context.Context) error {
 	s.stop()
-	_, err := s.l.c.Txn(ctx).
+	_, err := s.l.C.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(s.l.key), "=", s.rev)).
 		Then(clientv3.OpDelete(s.l.key)).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("etcd: release %s: %w", s.l.key, err)
 	}
-	if _, err := s.l.c.Revoke(ctx, s.id); err != nil && !etcdconn.LeaseNotFound(err) {
+	if _, err := s.l.C.Revoke(ctx, s.id); err != nil && !etcdconn.LeaseNotFound(err) {
 		return fmt.Errorf("etcd: revoke lease of %s: %w", s.l.key, err)
 	}
 	return nil

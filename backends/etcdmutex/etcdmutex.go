@@ -23,10 +23,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -60,13 +58,10 @@ type Config struct {
 }
 
 type locker struct {
-	c      *clientv3.Client
-	own    bool
-	key    string
-	ttl    int
-	mu     sync.Mutex
-	s      *concurrency.Session
-	closed atomic.Bool
+	*etcdconn.Conn
+	key string
+	mu  sync.Mutex
+	s   *concurrency.Session
 }
 
 // New returns a Locker for cfg. It connects lazily.
@@ -74,23 +69,18 @@ func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("etcdmutex", cfg.Key, "the mutex prefix", &cfg.TTL, 60*time.Second, 0, ""); err != nil {
 		return nil, err
 	}
-	l := &locker{c: cfg.Client, key: cfg.Key, ttl: int(math.Ceil(cfg.TTL.Seconds()))}
-	if l.c == nil {
-		c, err := etcdconn.New("etcdmutex", cfg.Endpoints, nil, "", "", cfg.Dial)
-		if err != nil {
-			return nil, err
-		}
-		l.c, l.own = c, true
+	c, err := etcdconn.Open("etcdmutex", cfg.Client, cfg.TTL, cfg.Endpoints, nil, "", "", cfg.Dial)
+	if err != nil {
+		return nil, err
 	}
+	l := &locker{Conn: c, key: cfg.Key}
+	l.OnClose = l.closeSession
 	return l, nil
 }
 
+// TTL, Expiry (TTL plus the lessor's 500 ms expiry check) and Close (see
+// closeSession) are etcdconn.Conn's.
 var _ backends.TTLer = (*locker)(nil)
-
-func (l *locker) TTL() time.Duration { return time.Duration(l.ttl) * time.Second }
-
-// Expiry is TTL plus the lessor's 500 ms expiry check.
-func (l *locker) Expiry() time.Duration { return l.TTL() + 500*time.Millisecond }
 
 // session returns the live session, starting a new one if there is none or
 // its lease is gone. The new session's lease is granted with ctx (and passed
@@ -108,14 +98,14 @@ func (l *locker) session(ctx context.Context) (*concurrency.Session, error) {
 			return l.s, nil
 		}
 	}
-	g, err := l.c.Grant(ctx, int64(l.ttl))
+	g, err := l.C.Grant(ctx, l.Seconds)
 	if err != nil {
 		return nil, err
 	}
-	s, err := concurrency.NewSession(l.c, concurrency.WithTTL(l.ttl), concurrency.WithLease(g.ID))
+	s, err := concurrency.NewSession(l.C, concurrency.WithTTL(int(l.Seconds)), concurrency.WithLease(g.ID))
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, _ = l.c.Revoke(rctx, g.ID)
+		_, _ = l.C.Revoke(rctx, g.ID)
 		cancel()
 		return nil, err
 	}
@@ -139,7 +129,7 @@ func (l *locker) drop(s *concurrency.Session) {
 // asked for again.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	for {
-		if l.closed.Load() {
+		if l.Closed() {
 			return nil, backends.ErrClosed
 		}
 		wrap := func(err error) error { return adapt.Wrap(ctx, "etcdmutex", "acquire", l.key, err) }
@@ -169,11 +159,9 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	}
 }
 
-// Close closes the session (revoking its lease) and the client if New made it.
-func (l *locker) Close() error {
-	if l.closed.Swap(true) {
-		return nil
-	}
+// closeSession, at the first Close, ends the live session (revoking its
+// lease: the server frees the mutex at once).
+func (l *locker) closeSession() {
 	l.mu.Lock()
 	s := l.s
 	l.s = nil
@@ -181,10 +169,6 @@ func (l *locker) Close() error {
 	if s != nil {
 		_ = s.Close()
 	}
-	if l.own {
-		return l.c.Close()
-	}
-	return nil
 }
 
 type lease struct {

@@ -112,14 +112,10 @@ var (
 
 // New returns a Locker for cfg. It does not connect.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("mysql: Config.Key is empty: name the lock key")
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = time.Second
-	}
-	if cfg.Lease < 0 {
-		return nil, fmt.Errorf("mysql: lease %v is negative: use 1s or more (wait_timeout is whole seconds)", cfg.Lease)
+	// No minimum: wait_timeout is whole seconds, and the lease is rounded
+	// up to them.
+	if err := adapt.Check("mysql", cfg.Key, "the lock key", &cfg.Lease, time.Second, 0, ""); err != nil {
+		return nil, err
 	}
 	secs := int64(math.Ceil(cfg.Lease.Seconds()))
 	mc, err := mysql.ParseDSN(cfg.DSN)
@@ -333,23 +329,12 @@ func (l *locker) Close() error {
 	l.held = nil
 	l.mu.Unlock()
 	if held != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = held.Release(ctx)
-		cancel()
+		adapt.ReleaseHeld(held)
 	}
 	return l.db.Close()
 }
 
-func quoteIdent(s string) string {
-	out := []byte{'`'}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '`' {
-			out = append(out, '`')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '`'))
-}
+func quoteIdent(s string) string { return adapt.Quote(s, '`') }
 
 type lease struct {
 	l     *locker

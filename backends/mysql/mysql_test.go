@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -23,35 +22,14 @@ import (
 var dsn string
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	if dsn = os.Getenv("MYSQL_URL"); dsn == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		t0 := time.Now()
-		s, err := servers.StartMariaDB(ctx)
-		cancel()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer s.Stop()
-		fmt.Fprintf(os.Stderr, "mariadb started in %v\n", time.Since(t0).Round(time.Millisecond))
-		dsn = s.DSN()
-	}
-	return m.Run()
+	os.Exit(lockertest.Main(m, "MYSQL_URL", &dsn, servers.StartMariaDB, (*servers.MariaDB).DSN))
 }
 
 // newLocker returns a Locker of key, through proxy p if not nil, closed and
 // (for cleanup true) cleaned up at the test's end.
 func newLocker(t *testing.T, key string, p *faults.Proxy, cleanup bool) backends.Locker {
 	t.Helper()
-	cfg := Config{DSN: dsn, Key: key}
-	if p != nil {
-		cfg.Dial = lockertest.DialVia(p)
-	}
-	l, err := New(cfg)
+	l, err := New(Config{DSN: dsn, Key: key, Dial: lockertest.DialVia(p)})
 	return lockertest.Managed(t, l, err, cleanup)
 }
 
@@ -94,15 +72,11 @@ func TestStalledHolderExpiry(t *testing.T) {
 	key := t.Name()
 	p := lockertest.Proxy(t, serverAddr(t))
 	db := openDB(t)
-	runs := 10
-	if testing.Short() {
-		runs = 1
-	}
 	lockertest.StalledHolder(t, lockertest.Stalled{
 		A: newLocker(t, key, p, true), B: newLocker(t, key, nil, false), Proxy: p,
 		Renewed: func(s backends.Lease) time.Time { return time.Unix(0, s.(*lease).renewed.Load()) },
 		Holds:   func(s backends.Lease) bool { return holder(t, db, key) == s.(*lease).id },
-	}, runs)
+	})
 }
 
 // TestTerminate: KILL CONNECTION from outside frees the lock at once (a

@@ -44,6 +44,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/adapt"
 )
 
 // Config describes one client of one lock.
@@ -112,14 +113,10 @@ var validKey = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
 
 // New returns a Locker for cfg. It does not connect.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.Key == "" {
-		return nil, errors.New("natskv: Config.Key is empty: name the lock key")
-	}
-	if cfg.Lease == 0 {
-		cfg.Lease = time.Second
-	}
-	if cfg.Lease < 0 {
-		return nil, fmt.Errorf("natskv: lease %v is negative: use 1s or more (the server's message TTL is whole seconds)", cfg.Lease)
+	// No minimum: the server's message TTL is whole seconds, and the lease
+	// is rounded up to them.
+	if err := adapt.Check("natskv", cfg.Key, "the lock key", &cfg.Lease, time.Second, 0, ""); err != nil {
+		return nil, err
 	}
 	if cfg.URL == "" {
 		cfg.URL = nats.DefaultURL
@@ -363,9 +360,7 @@ func (l *locker) Close() error {
 	l.held = nil
 	l.mu.Unlock()
 	if held != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = held.Release(ctx)
-		cancel()
+		adapt.ReleaseHeld(held)
 	}
 	if nc != nil {
 		nc.Close()

@@ -24,33 +24,14 @@ import (
 var url string
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	if url = os.Getenv("NATS_URL"); url == "" {
-		t0 := time.Now()
-		s, err := servers.StartNATS(context.Background())
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer s.Stop()
-		fmt.Fprintf(os.Stderr, "nats started in %v\n", time.Since(t0).Round(time.Millisecond))
-		url = s.URL()
-	}
-	return m.Run()
+	os.Exit(lockertest.Main(m, "NATS_URL", &url, servers.StartNATS, (*servers.NATS).URL))
 }
 
 // newLocker returns a Locker of key, through proxy p if not nil, closed and
 // (for cleanup true) cleaned up at the test's end.
 func newLocker(t *testing.T, key string, p *faults.Proxy, cleanup bool) backends.Locker {
 	t.Helper()
-	cfg := Config{URL: url, Key: key}
-	if p != nil {
-		cfg.Dial = lockertest.DialVia(p)
-	}
-	l, err := New(cfg)
+	l, err := New(Config{URL: url, Key: key, Dial: lockertest.DialVia(p)})
 	return lockertest.Managed(t, l, err, cleanup)
 }
 
@@ -107,15 +88,11 @@ func TestRenewal(t *testing.T) {
 func TestStalledHolderExpiry(t *testing.T) {
 	key := t.Name()
 	p := lockertest.Proxy(t, hostPort(t))
-	runs := 10
-	if testing.Short() {
-		runs = 1
-	}
 	lockertest.StalledHolder(t, lockertest.Stalled{
 		A: newLocker(t, key, p, true), B: newLocker(t, key, nil, false), Proxy: p,
 		Renewed: func(s backends.Lease) time.Time { return time.Unix(0, s.(*lease).renewed.Load()) },
 		Holds:   func(s backends.Lease) bool { return value(t, key) == string(s.(*lease).value) },
-	}, runs)
+	})
 }
 
 func hostPort(t *testing.T) string {

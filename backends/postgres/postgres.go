@@ -160,16 +160,7 @@ func (l *locker) Close() error {
 	return nil
 }
 
-func quoteLiteral(s string) string {
-	out := []byte{'\''}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		out = append(out, s[i])
-	}
-	return string(append(out, '\''))
-}
+func quoteLiteral(s string) string { return adapt.Quote(s, '\'') }
 
 type lease struct {
 	l        *locker

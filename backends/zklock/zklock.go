@@ -25,47 +25,23 @@ package zklock
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
-	"sync"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/zksession"
+	"github.com/locksuite/locksuite/backends/zookeeper"
 )
 
-// Config describes one client of one zk.Lock.
-type Config struct {
-	// Servers are the ensemble's host:port addresses. Required.
-	Servers []string
-	// Dial, if not nil, makes every connection to the servers (through
-	// zk.WithDialer). Default: a plain TCP dial.
-	Dial func(ctx context.Context, network, address string) (net.Conn, error)
-	// TLS, if not nil, wraps every connection in TLS with this
-	// configuration. Default nil: plain.
-	TLS *tls.Config
-	// Auth, if not empty, is "user:password": the session authenticates
-	// with the digest scheme and the lock's znodes get all rights for that
-	// user only (the acl argument of zk.NewLock). Default: world:anyone.
-	Auth string
-	// Key names the lock: its znode is "/" + Key, which zk.NewLock takes
-	// as the path that only this lock uses. Required.
-	Key string
-	// Lease is the session timeout; the server must grant exactly this
-	// (see the zookeeper adapter). Default 1s.
-	Lease time.Duration
-	_     struct{}
-}
+// Config describes one client of one zk.Lock: the zookeeper adapter's
+// Config, with the same meaning (Key is the path zk.NewLock takes; Auth's
+// user gets all rights to the lock's znodes, the acl argument of
+// zk.NewLock).
+type Config = zookeeper.Config
 
-type locker struct {
-	c    *zksession.Client
-	path string
-	acl  []zk.ACL
-}
+type locker struct{ *zksession.Lock }
 
 var (
 	_ backends.Locker       = (*locker)(nil)
@@ -76,40 +52,23 @@ var (
 
 // New returns a Locker for cfg. It connects at the first Acquire.
 func New(cfg Config) (backends.Locker, error) {
-	path, err := zksession.LockPath("zk-lock", cfg.Key)
+	l, err := zksession.NewLock(zksession.Options{Servers: cfg.Servers, Timeout: cfg.Lease, Dial: cfg.Dial, TLS: cfg.TLS, Auth: cfg.Auth, Name: "zk-lock"}, cfg.Key)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Lease == 0 {
-		cfg.Lease = time.Second
-	}
-	o := zksession.Options{Servers: cfg.Servers, Timeout: cfg.Lease, Dial: cfg.Dial, TLS: cfg.TLS, Auth: cfg.Auth, Name: "zk-lock"}
-	c, err := zksession.NewClient(o)
-	if err != nil {
-		return nil, err
-	}
-	return &locker{c: c, path: path, acl: o.ACL()}, nil
+	return &locker{l}, nil
 }
-
-func (l *locker) TTL() time.Duration { return l.c.Options().Timeout }
-
-// Expiry: as the zookeeper adapter's, the lease and at most one tick (half
-// the lease at minSessionTimeout's default of 2 ticks).
-func (l *locker) Expiry() time.Duration { return l.c.Options().Timeout * 3 / 2 }
 
 // Acquire runs Lock on a new zk.Lock until it holds the lock or ctx is
 // done. A Lock that fails ends the session (its znode goes with it) and is
 // tried again on a new one.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	for {
-		s, err := l.c.Session(ctx)
+		s, err := l.Open(ctx)
 		if err != nil {
-			if errors.Is(err, backends.ErrClosed) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.path, err)
+			return nil, err
 		}
-		lk := zk.NewLock(s.Conn, l.path, l.acl)
+		lk := zk.NewLock(s.Conn, l.Path, l.ACL)
 		done := make(chan error, 1)
 		go func() { done <- lk.Lock() }()
 		select {
@@ -120,21 +79,29 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 					_ = lk.Unlock()
 				}
 			}()
-			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.path, ctx.Err())
+			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.Path, ctx.Err())
 		}
 		if err == nil {
-			id := s.Current()
-			return &lease{l: l, s: s, lk: lk, session: id, lost: s.Watch(id)}, nil
+			// Release is Lock.Unlock: it deletes the lock's znode by its
+			// path (version -1, but a sequence znode's path is never
+			// reused, so it cannot delete another grant's).
+			unlock := func() error {
+				if err := lk.Unlock(); !errors.Is(err, zk.ErrNotLocked) {
+					return err
+				}
+				return nil
+			}
+			return &lease{l.NewGrant(s, s.Current(), l.Path, unlock)}, nil
 		}
-		if l.c.Closed() {
+		if l.Closed() {
 			return nil, backends.ErrClosed
 		}
-		l.c.Drop(s)
+		l.Drop(s)
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("zk-lock: acquire %s: %w (Lock: %v)", l.path, ctx.Err(), err)
+			return nil, fmt.Errorf("zk-lock: acquire %s: %w (Lock: %v)", l.Path, ctx.Err(), err)
 		}
 		if !retryable(err) {
-			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.path, zksession.Explain(err))
+			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.Path, zksession.Explain(err))
 		}
 	}
 }
@@ -142,68 +109,9 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 // retryable: Lock failed with the connection or the session.
 func retryable(err error) bool { return zksession.Retryable(err) || errors.Is(err, zk.ErrClosing) }
 
-// Close ends the session: the server deletes its znodes at once.
-func (l *locker) Close() error { return l.c.Close() }
-
-// Cleanup deletes the lock's znode and then each parent, stopping at the
-// first that is not empty or not there (zk.Lock creates the parents and
-// never removes them).
-func (l *locker) Cleanup(ctx context.Context) error {
-	s, err := l.c.Session(ctx)
-	if err == nil {
-		err = s.RemoveEmpty(l.path)
-	}
-	if err != nil {
-		return fmt.Errorf("zk-lock: cleanup %s: %w", l.path, err)
-	}
-	return nil
-}
-
-type lease struct {
-	l       *locker
-	s       *zksession.Session
-	lk      *zk.Lock
-	session int64
-	lost    <-chan struct{}
-
-	mu       sync.Mutex
-	released bool
-}
+// lease's Release is Lock.Unlock (see Acquire); Lost and Terminate are
+// zksession.Grant's.
+type lease struct{ *zksession.Grant }
 
 // Fence is 0: zk.Lock does not tell its holder which znode it holds.
-func (ls *lease) Fence() uint64         { return 0 }
-func (ls *lease) Lost() <-chan struct{} { return ls.lost }
-
-// Release is Lock.Unlock: it deletes the lock's znode by its path (version
-// -1, but a sequence znode's path is never reused, so it cannot delete
-// another grant's). A znode already gone (zk.ErrNoNode) or a session that
-// ended (the znode went with it) is no error. While the client reconnects,
-// Release tries again until ctx is done.
-func (ls *lease) Release(ctx context.Context) error {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.released {
-		return nil
-	}
-	unlock := func() error {
-		if err := ls.lk.Unlock(); !errors.Is(err, zk.ErrNotLocked) {
-			return err
-		}
-		return nil
-	}
-	if err := ls.s.Release(ctx, ls.session, unlock); err != nil {
-		return fmt.Errorf("zk-lock: release %s: %w", ls.l.path, err)
-	}
-	ls.released = true
-	ls.s.Forget(ls.lost)
-	return nil
-}
-
-// Terminate ends the holder's session from a connection of its own, as the
-// zookeeper adapter's does.
-func (ls *lease) Terminate(ctx context.Context) error {
-	if err := ls.s.End(ctx, ls.session); err != nil {
-		return fmt.Errorf("zk-lock: %w", err)
-	}
-	return nil
-}
+func (ls *lease) Fence() uint64 { return 0 }

@@ -29,7 +29,6 @@ import (
 	"net"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -71,11 +70,7 @@ type Config struct {
 // counter.
 const prefix = "lock-"
 
-type locker struct {
-	c    *zksession.Client
-	path string
-	acl  []zk.ACL
-}
+type locker struct{ *zksession.Lock }
 
 var (
 	_ backends.Locker       = (*locker)(nil)
@@ -86,28 +81,17 @@ var (
 
 // New returns a Locker for cfg. It connects at the first Acquire.
 func New(cfg Config) (backends.Locker, error) {
-	path, err := zksession.LockPath("zookeeper", cfg.Key)
+	l, err := zksession.NewLock(zksession.Options{Servers: cfg.Servers, Timeout: cfg.Lease, Dial: cfg.Dial, TLS: cfg.TLS, Auth: cfg.Auth, Name: "zookeeper"}, cfg.Key)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Lease == 0 {
-		cfg.Lease = time.Second
-	}
-	o := zksession.Options{Servers: cfg.Servers, Timeout: cfg.Lease, Dial: cfg.Dial, TLS: cfg.TLS, Auth: cfg.Auth, Name: "zookeeper"}
-	c, err := zksession.NewClient(o)
-	if err != nil {
-		return nil, err
-	}
-	return &locker{c: c, path: path, acl: o.ACL()}, nil
+	return &locker{l}, nil
 }
 
-func (l *locker) TTL() time.Duration { return l.c.Options().Timeout }
-
-// Expiry is the lease and half of it again: the server expires a session
-// on the first tick boundary after its timeout, and the timeout is at
-// least 2 ticks (minSessionTimeout's default, and the harness's server's),
-// so a tick is at most half of it.
-func (l *locker) Expiry() time.Duration { return l.c.Options().Timeout * 3 / 2 }
+// TTL, Expiry (the lease and half of it again: the server expires a
+// session on the first tick after its timeout), Close (ends the session:
+// the server deletes its znodes at once) and Cleanup (deletes the lock's
+// znode and its empty parents) are zksession.Lock's.
 
 // Acquire follows the recipe until this client holds the lock or ctx is
 // done. It creates its sequence znode with go-zookeeper's
@@ -116,18 +100,27 @@ func (l *locker) Expiry() time.Duration { return l.c.Options().Timeout * 3 / 2 }
 // to block the queue). If the session expires while it waits, its znode is
 // gone: it creates a new one, at the back of the queue.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	s, err := l.c.Session(ctx)
+	s, err := l.Open(ctx)
 	if err != nil {
-		if errors.Is(err, backends.ErrClosed) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("zookeeper: acquire %s: %w", l.path, err)
+		return nil, err
 	}
 	wrap := func(err error) error {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return fmt.Errorf("zookeeper: acquire %s: %w", l.path, zksession.Explain(err))
+		return fmt.Errorf("zookeeper: acquire %s: %w", l.Path, zksession.Explain(err))
+	}
+	// retry is nil after a short pause when a request failed with the
+	// connection or the session (go-zookeeper re-establishes it), and the
+	// error to return otherwise.
+	retry := func(err error) error {
+		if !zksession.Retryable(err) {
+			return wrap(err)
+		}
+		if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
+			return wrap(werr)
+		}
+		return nil
 	}
 	mine := ""
 	// On failure, the znode goes: a waiter that gave up must not hold the
@@ -138,7 +131,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		}
 	}()
 	for {
-		if l.c.Closed() {
+		if l.Closed() {
 			return nil, backends.ErrClosed
 		}
 		if ctx.Err() != nil {
@@ -147,32 +140,26 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if mine == "" {
 			mine, err = l.create(s)
 			if err != nil {
-				if zksession.Retryable(err) {
-					if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
-						return nil, wrap(werr)
-					}
-					continue
+				if err := retry(err); err != nil {
+					return nil, err
 				}
-				return nil, wrap(err)
+				continue
 			}
 		}
 		// After a failed request the znode is kept: the next Children
 		// tells whether it still exists (forgetting it while the session
 		// lives would leave it in the queue, ahead of its own client).
-		children, _, err := s.Conn.Children(l.path)
+		children, _, err := s.Conn.Children(l.Path)
 		if err != nil {
-			if zksession.Retryable(err) {
-				if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
-					return nil, wrap(werr)
-				}
-				continue
+			if err := retry(err); err != nil {
+				return nil, err
 			}
-			return nil, wrap(err)
+			continue
 		}
 		sort.Slice(children, func(i, j int) bool { return seq(children[i]) < seq(children[j]) })
 		me := -1
 		for i, c := range children {
-			if l.path+"/"+c == mine {
+			if l.Path+"/"+c == mine {
 				me = i
 			}
 		}
@@ -184,32 +171,30 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if me == 0 {
 			ok, st, err := s.Conn.Exists(mine)
 			switch {
-			case err != nil && !zksession.Retryable(err):
-				return nil, wrap(err)
 			case err != nil:
-				if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
-					return nil, wrap(werr)
+				if err := retry(err); err != nil {
+					return nil, err
 				}
 				continue
 			case !ok:
 				mine = "" // the session expired since Children
 				continue
 			}
-			ls := &lease{l: l, s: s, path: mine, version: st.Version, czxid: st.Czxid, session: st.EphemeralOwner}
-			ls.lost = s.Watch(st.EphemeralOwner)
+			// Release deletes this grant's znode with its version
+			// (compare-and-delete: a sequence znode's path is never
+			// reused, so no other grant's znode can be deleted).
+			path, version := mine, st.Version
+			del := func() error { return s.Conn.Delete(path, version) }
 			mine = ""
-			return ls, nil
+			return &lease{l.NewGrant(s, st.EphemeralOwner, path, del), st.Czxid}, nil
 		}
-		prev := l.path + "/" + children[me-1]
+		prev := l.Path + "/" + children[me-1]
 		ok, _, ch, err := s.Conn.ExistsW(prev)
 		if err != nil {
-			if zksession.Retryable(err) {
-				if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
-					return nil, wrap(werr)
-				}
-				continue
+			if err := retry(err); err != nil {
+				return nil, err
 			}
-			return nil, wrap(err)
+			continue
 		}
 		if !ok {
 			continue
@@ -227,14 +212,14 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 // and its parents (persistent, empty) if missing.
 func (l *locker) create(s *zksession.Session) (string, error) {
 	for {
-		p, err := s.Conn.CreateProtectedEphemeralSequential(l.path+"/"+prefix, nil, l.acl)
+		p, err := s.Conn.CreateProtectedEphemeralSequential(l.Path+"/"+prefix, nil, l.ACL)
 		if !errors.Is(err, zk.ErrNoNode) {
 			return p, err
 		}
 		parent := ""
-		for _, c := range strings.Split(l.path[1:], "/") {
+		for _, c := range strings.Split(l.Path[1:], "/") {
 			parent += "/" + c
-			if _, err := s.Conn.Create(parent, nil, 0, l.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			if _, err := s.Conn.Create(parent, nil, 0, l.ACL); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return "", err
 			}
 		}
@@ -250,65 +235,13 @@ func seq(name string) string {
 	return name[len(name)-10:]
 }
 
-// Close ends the Locker's session: the server deletes its znodes at once.
-func (l *locker) Close() error { return l.c.Close() }
-
-// Cleanup deletes the lock's znode and then each parent up to the root,
-// stopping at the first that is not empty (another lock's, or a waiter's
-// still) or not there: it removes what Acquire created and nothing else.
-func (l *locker) Cleanup(ctx context.Context) error {
-	s, err := l.c.Session(ctx)
-	if err == nil {
-		err = s.RemoveEmpty(l.path)
-	}
-	if err != nil {
-		return fmt.Errorf("zookeeper: cleanup %s: %w", l.path, err)
-	}
-	return nil
-}
-
+// lease's Lost, Release and Terminate are zksession.Grant's: Release
+// deletes the znode (see Acquire), and a znode already gone or a session
+// that ended (an ephemeral znode goes with its session) is no error;
+// Terminate ends the holder's session from a connection of its own.
 type lease struct {
-	l       *locker
-	s       *zksession.Session
-	path    string
-	version int32
-	czxid   int64
-	session int64
-	lost    <-chan struct{}
-
-	mu       sync.Mutex
-	released bool
+	*zksession.Grant
+	czxid int64
 }
 
-func (ls *lease) Fence() uint64         { return uint64(ls.czxid) }
-func (ls *lease) Lost() <-chan struct{} { return ls.lost }
-
-// Release deletes this grant's znode with its version (compare-and-delete:
-// a sequence znode's path is never reused, so no other grant's znode can be
-// deleted). A znode already gone is no error, nor is a session that ended
-// (the client has another one now): an ephemeral znode goes with its
-// session. While the client reconnects, Release tries again until ctx is
-// done.
-func (ls *lease) Release(ctx context.Context) error {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.released {
-		return nil
-	}
-	if err := ls.s.Release(ctx, ls.session, func() error { return ls.s.Conn.Delete(ls.path, ls.version) }); err != nil {
-		return fmt.Errorf("zookeeper: release %s: %w", ls.path, err)
-	}
-	ls.released = true
-	ls.s.Forget(ls.lost)
-	return nil
-}
-
-// Terminate ends the holder's session from a connection of its own (see
-// zksession.Session.Terminate): the server deletes the znode before it
-// answers, and the holder finds out at its next request or ping (Lost).
-func (ls *lease) Terminate(ctx context.Context) error {
-	if err := ls.s.End(ctx, ls.session); err != nil {
-		return fmt.Errorf("zookeeper: %w", err)
-	}
-	return nil
-}
+func (ls *lease) Fence() uint64 { return uint64(ls.czxid) }

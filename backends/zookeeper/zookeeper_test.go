@@ -19,6 +19,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/backends/zklock"
 	"github.com/locksuite/locksuite/backends/zookeeper"
 	"github.com/locksuite/locksuite/harness/faults"
@@ -236,10 +237,7 @@ func TestStalledHolder(t *testing.T) {
 			p := newProxy(t)
 			a, b := newLocker(t, k, p), newLocker(t, k, nil)
 			last = b
-			la, err := a.Acquire(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			la := lockertest.Acquire(t, a, time.Minute)
 			// A renews: a quiet time of two leases changes nothing.
 			time.Sleep(2 * lease200)
 			select {
@@ -321,10 +319,7 @@ func TestTerminate(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		a, b := newLocker(t, k, nil), newLocker(t, k, nil)
-		la, err := a.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		la := lockertest.Acquire(t, a, time.Minute)
 		t0 := time.Now()
 		if err := la.(backends.Terminator).Terminate(ctx); err != nil {
 			t.Fatal(err)
@@ -332,10 +327,7 @@ func TestTerminate(t *testing.T) {
 		if kids := znodes(t, observer(t)); len(kids) != 0 {
 			t.Fatalf("znodes %v after Terminate returned, want none", kids)
 		}
-		lb, err := b.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lb := lockertest.Acquire(t, b, time.Minute)
 		t.Logf("B granted %v after Terminate began", time.Since(t0).Round(time.Millisecond))
 		select {
 		case <-la.(backends.LossNotifier).Lost():
@@ -370,9 +362,7 @@ func TestCancelAndClose(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		a, b := newLocker(t, k, nil), newLocker(t, k, nil)
-		if _, err := a.Acquire(ctx); err != nil {
-			t.Fatal(err)
-		}
+		lockertest.Acquire(t, a, time.Minute)
 		wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err := b.Acquire(wctx)
 		wcancel()
@@ -390,10 +380,7 @@ func TestCancelAndClose(t *testing.T) {
 		if _, err := a.Acquire(ctx); !errors.Is(err, backends.ErrClosed) {
 			t.Fatalf("Acquire after Close: %v, want ErrClosed", err)
 		}
-		lb, err := b.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lb := lockertest.Acquire(t, b, time.Minute)
 		if err := lb.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -475,10 +462,7 @@ func TestSecure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	la, err := a.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := lockertest.Acquire(t, a, time.Minute)
 	for _, tc := range []struct {
 		name string
 		cfg  zookeeper.Config
@@ -541,10 +525,7 @@ func TestEnsembleFailover(t *testing.T) {
 		return l
 	}
 	a, b := mk(), mk()
-	la, err := a.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	la := lockertest.Acquire(t, a, time.Minute)
 	leader, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -570,10 +551,7 @@ func TestEnsembleFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lb, err := b.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lb := lockertest.Acquire(t, b, time.Minute)
 	t.Logf("leader %s killed; healthy after %v; A's Lost fired: %v; B granted after %v",
 		leader.Name(), healthy.Round(time.Millisecond), lost, time.Since(t1).Round(time.Millisecond))
 	if lb.Fence() <= la.Fence() {
@@ -599,10 +577,7 @@ func TestWaiterReconnects(t *testing.T) {
 		defer cancel()
 		p := newProxy(t)
 		a, b := newLocker(t, k, nil), newLocker(t, k, p)
-		la, err := a.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		la := lockertest.Acquire(t, a, time.Minute)
 		got := make(chan backends.Lease, 1)
 		errc := make(chan error, 1)
 		go func() {

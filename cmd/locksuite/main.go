@@ -349,32 +349,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		for _, f := range o.fencing {
 			cfg := env.Config(n, f)
-			if o.lease > 0 {
-				cfg.Lease = o.lease
-			}
+			override(&cfg.Lease, o.lease)
 			cfg.Duration, cfg.Clients = o.duration, o.clients
 			cfg.Artifacts = art.dir
-			if o.workers > 0 {
-				cfg.Chaos.Workers = o.workers
-			}
-			if o.pause > 0 {
-				cfg.Chaos.Pause = o.pause
-			}
-			if o.pauses > 0 {
-				cfg.Chaos.Pauses = o.pauses
-			}
-			if o.chaosDuration > 0 {
-				cfg.Chaos.Duration = o.chaosDuration
-			}
-			if o.interval > 0 {
-				cfg.Chaos.Interval = o.interval
-			}
-			if o.stallEvery > 0 {
-				cfg.Chaos.StallEvery = o.stallEvery
-			}
-			if o.longLease > 0 {
-				cfg.Chaos.LongLease = o.longLease
-			}
+			override(&cfg.Chaos.Workers, o.workers)
+			override(&cfg.Chaos.Pause, o.pause)
+			override(&cfg.Chaos.Pauses, o.pauses)
+			override(&cfg.Chaos.Duration, o.chaosDuration)
+			override(&cfg.Chaos.Interval, o.interval)
+			override(&cfg.Chaos.StallEvery, o.stallEvery)
+			override(&cfg.Chaos.LongLease, o.longLease)
 			cfg.Chaos.Seed = o.seed
 			// Unfenced, a lease lock is expected to lose the stalled holder's
 			// update: the spec asserts that, and the table shows it.
@@ -517,4 +501,12 @@ func runSpecs(o options) (string, error) {
 	_ = syscall.Dup2(saved, 1)
 	syscall.Close(saved)
 	return lf.Name(), nil // results.finish names it, or removes it
+}
+
+// override sets *dst to a flag's value v when the flag was given (v > 0;
+// the flags' default 0 keeps the backend's own setting).
+func override[T int | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }

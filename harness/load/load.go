@@ -213,25 +213,37 @@ func Run(ctx context.Context, lockers []backends.Locker, s fencing.Store, rec *h
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var (
-		wg    sync.WaitGroup
 		once  sync.Once
 		first error
 	)
+	Clients(ctx, lockers, func(id int, l backends.Locker) bool {
+		err := Increment(ctx, id, l, s, rec, work, Hooks{})
+		var pe *PanicError
+		faulty := errors.Is(err, ErrIgnoredContext) || errors.As(err, &pe) // even at the run's end
+		if err != nil && !errors.Is(err, fencing.ErrStale) && (ctx.Err() == nil || faulty) {
+			once.Do(func() { first = err; cancel() })
+			return false
+		}
+		return true
+	})()
+	return first
+}
+
+// Clients starts a goroutine per Locker (id: its index) that calls body
+// again and again until ctx is done or body returns false, and returns a
+// function that waits until every goroutine has ended.
+func Clients(ctx context.Context, lockers []backends.Locker, body func(id int, l backends.Locker) bool) (wait func()) {
+	var wg sync.WaitGroup
 	for id, l := range lockers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				err := Increment(ctx, id, l, s, rec, work, Hooks{})
-				var pe *PanicError
-				faulty := errors.Is(err, ErrIgnoredContext) || errors.As(err, &pe) // even at the run's end
-				if err != nil && !errors.Is(err, fencing.ErrStale) && (ctx.Err() == nil || faulty) {
-					once.Do(func() { first = err; cancel() })
+				if !body(id, l) {
 					return
 				}
 			}
 		}()
 	}
-	wg.Wait()
-	return first
+	return wg.Wait
 }

@@ -68,22 +68,16 @@ func (l *Loop) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, error)
 	lctx, stop := context.WithTimeout(ctx, l.For)
 	defer stop()
 	var (
-		wg     sync.WaitGroup
 		mu     sync.Mutex
 		failed int
 	)
-	for id, lk := range lockers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for lctx.Err() == nil {
-				n, _ := retrying(lctx, id, lk, e.Store, e.Rec, l.Work)
-				mu.Lock()
-				failed += n
-				mu.Unlock()
-			}
-		}()
-	}
+	wait := load.Clients(lctx, lockers, func(id int, lk backends.Locker) bool {
+		n, _ := retrying(lctx, id, lk, e.Store, e.Rec, l.Work)
+		mu.Lock()
+		failed += n
+		mu.Unlock()
+		return true
+	})
 	var faultErr error
 	if f != nil {
 		lead := time.Duration(0)
@@ -106,7 +100,7 @@ func (l *Loop) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, error)
 			}
 		}
 	}
-	wg.Wait()
+	wait()
 	if faultErr != nil {
 		return Outcome{}, fmt.Errorf("suite: %s: %w", e.Backend, faultErr)
 	}

@@ -238,3 +238,56 @@ func restartKilled(ms []*Member) error {
 	}
 	return nil
 }
+
+// agree asks each running member of ms for the leader it sees (leaderOf)
+// and returns the one they all name, or an error naming the member that
+// sees none ("has no " + what) or the two leaders named.
+func agree(ms []*Member, what string, leaderOf func(*Member) (string, error)) (string, error) {
+	agreed := ""
+	for _, m := range ms {
+		l, err := leaderOf(m)
+		if err != nil {
+			return "", err
+		}
+		switch {
+		case l == "":
+			return "", fmt.Errorf("%s has no %s", m.name, what)
+		case agreed != "" && l != agreed:
+			return "", fmt.Errorf("servers disagree on the %s (%s, %s)", what, agreed, l)
+		}
+		agreed = l
+	}
+	return agreed, nil
+}
+
+// eachRunning runs check on each running member, in order, and returns its
+// first error (or running's, when no member runs).
+func (g *group) eachRunning(check func(*Member) error) error {
+	ms, err := running(g.members)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := check(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// memberDir makes member name's directory in the group's.
+func (g *group) memberDir(name string) (string, error) {
+	dir := filepath.Join(g.dir, name)
+	return dir, os.Mkdir(dir, 0o700)
+}
+
+// add runs member name (directory dir, client address 127.0.0.1:port),
+// which start starts, and adds it to the group.
+func (g *group) add(name, dir string, port int, start func() (*proc, error)) (*Member, error) {
+	m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, start: start}
+	if err := m.run(); err != nil {
+		return nil, err
+	}
+	g.members = append(g.members, m)
+	return m, nil
+}

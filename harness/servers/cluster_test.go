@@ -2,8 +2,6 @@ package servers
 
 import (
 	"context"
-	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -103,17 +101,7 @@ func TestClusters(t *testing.T) {
 			}
 			t.Logf("%s restarted, healthy with every member after %v", old.Name(), time.Since(t2).Round(time.Millisecond))
 			pids = append(pids, old.Pid())
-			if err := c.Stop(); err != nil {
-				t.Fatal(err)
-			}
-			for _, pid := range pids {
-				if pid != 0 && syscall.Kill(pid, 0) == nil {
-					t.Errorf("process %d still exists after Stop", pid)
-				}
-			}
-			if _, err := os.Stat(dir); !os.IsNotExist(err) {
-				t.Errorf("directory %s still exists after Stop (%v)", dir, err)
-			}
+			stopGone(t, c, dir, pids...)
 		})
 	}
 }

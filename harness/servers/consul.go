@@ -12,7 +12,6 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
-	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // ConsulVersion is the Consul server the harness runs: the newest
@@ -99,13 +98,9 @@ func StartConsul(ctx context.Context, opts ...Option) (*Consul, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " with go build, about 7 minutes once), set LOCKSUITE_CONSUL to a consul binary, or name an agent with CONSUL_HTTP_ADDR"}
 	}
-	ports, err := freePorts(4)
+	ports, dir, err := portsAndDir(4, "consul")
 	if err != nil {
-		return nil, &Unavailable{"consul", err, "free loopback ports"}
-	}
-	dir, err := tempdir.New("", "locksuite-consul-")
-	if err != nil {
-		return nil, err
+		return nil, &Unavailable{"consul", err, "free loopback ports and a writable temporary directory"}
 	}
 	s := &Consul{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), tls: o.tls}
 	api := fmt.Sprintf("http = %d", ports[0])

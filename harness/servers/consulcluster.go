@@ -12,7 +12,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // ConsulCluster is n Consul servers (-server, -bootstrap-expect=n, joined
@@ -39,13 +38,9 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " once), or set LOCKSUITE_CONSUL to a consul binary"}
 	}
-	ports, err := freePorts(4 * n)
+	ports, dir, err := portsAndDir(4*n, "consul-cluster")
 	if err != nil {
-		return nil, &Unavailable{"consul-cluster", err, "free loopback ports"}
-	}
-	dir, err := tempdir.New("", "locksuite-consul-cluster-")
-	if err != nil {
-		return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
+		return nil, &Unavailable{"consul-cluster", err, "free loopback ports and a writable temporary directory"}
 	}
 	s := &ConsulCluster{group: group{dir: dir}, raft: map[string]*Member{}, clients: map[*Member]*api.Client{}}
 	var join []string
@@ -54,8 +49,8 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	}
 	for i := range n {
 		name := fmt.Sprintf("consul-%d", i+1)
-		mdir := filepath.Join(dir, name)
-		if err := os.Mkdir(mdir, 0o700); err != nil {
+		mdir, err := s.memberDir(name)
+		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 		}
@@ -89,13 +84,11 @@ log_level = "warn"
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 		}
-		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[4*i]), dir: mdir}
-		m.start = func() (*proc, error) { return startMemberProc(name, mdir, nil, bin, "agent", "-config-file", cf) }
-		if err := m.run(); err != nil {
+		m, err := s.add(name, mdir, ports[4*i], func() (*proc, error) { return startMemberProc(name, mdir, nil, bin, "agent", "-config-file", cf) })
+		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "check that " + bin + " runs"}
 		}
-		s.members = append(s.members, m)
 		s.raft[fmt.Sprintf("127.0.0.1:%d", ports[4*i+3])] = m
 		ac := api.DefaultConfig()
 		ac.Address = m.addr
@@ -119,19 +112,15 @@ func (s *ConsulCluster) status(ctx context.Context) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	agreed := ""
-	for _, m := range ms {
+	agreed, err := agree(ms, "leader", func(m *Member) (string, error) {
 		l, err := s.clients[m].Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", m.name, err)
+			return "", fmt.Errorf("%s: %w", m.name, err)
 		}
-		switch {
-		case l == "":
-			return nil, fmt.Errorf("%s has no leader", m.name)
-		case agreed != "" && l != agreed:
-			return nil, fmt.Errorf("servers disagree on the leader (%s, %s)", agreed, l)
-		}
-		agreed = l
+		return l, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if l := s.raft[agreed]; l != nil && l.Running() {
 		return l, nil
@@ -146,17 +135,13 @@ func (s *ConsulCluster) Healthy(ctx context.Context) error {
 	if _, err := s.status(ctx); err != nil {
 		return err
 	}
-	ms, err := running(s.members)
-	if err != nil {
-		return err
-	}
-	for _, m := range ms {
+	return s.eachRunning(func(m *Member) error {
 		_, _, err := s.clients[m].KV().Get("locksuite-health", (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
 			return fmt.Errorf("%s: consistent read: %w", m.name, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (s *ConsulCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/locksuite/locksuite/internal/tempdir"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -61,11 +60,7 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 	fail := func(err error) error {
 		return &Unavailable{"etcd", err, "free loopback ports and a writable temporary directory, or name a server with ETCDCTL_ENDPOINTS"}
 	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, fail(err)
-	}
-	dir, err := tempdir.New("", "locksuite-etcd-")
+	ports, dir, err := portsAndDir(2, "etcd")
 	if err != nil {
 		return nil, fail(err)
 	}

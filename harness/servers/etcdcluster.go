@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -113,11 +112,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	ports, err := freePorts(2 * n)
-	if err != nil {
-		return nil, fail(err)
-	}
-	dir, err := tempdir.New("", "locksuite-etcd-cluster-")
+	ports, dir, err := portsAndDir(2*n, "etcd-cluster")
 	if err != nil {
 		return nil, fail(err)
 	}
@@ -128,8 +123,8 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	}
 	for i := range n {
 		name := fmt.Sprintf("etcd-%d", i+1)
-		mdir := filepath.Join(dir, name)
-		if err := os.Mkdir(mdir, 0o700); err != nil {
+		mdir, err := s.memberDir(name)
+		if err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
@@ -140,15 +135,12 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 			InitialCluster: strings.Join(initial, ","),
 			Token:          filepath.Base(dir),
 		})
-		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), dir: mdir}
-		m.start = func() (*proc, error) {
+		if _, err := s.add(name, mdir, ports[2*i], func() (*proc, error) {
 			return startMemberProc(name, mdir, []string{etcdMemberEnv + "=" + string(spec)}, exe)
-		}
-		if err := m.run(); err != nil {
+		}); err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
-		s.members = append(s.members, m)
 	}
 	s.c, err = clientv3.New(clientv3.Config{Endpoints: s.Addrs(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

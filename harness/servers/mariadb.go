@@ -1,12 +1,10 @@
 package servers
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,8 +13,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-
-	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // MariaDB is a throwaway MariaDB server started by StartMariaDB.
@@ -101,19 +97,11 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 	// private to this process's user (a test binary's), not the mysql user's.
 	common := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + dir, "--skip-name-resolve", "--skip-log-bin",
 		"--innodb-flush-log-at-trx-commit=0", "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M"}
-	cmd := exec.CommandContext(ctx, installDB, append(common[:1:1], append([]string{
+	out, err := runAs(ctx, cred, dir, installDB, append(common[:1:1], append([]string{
 		"--auth-root-authentication-method=normal", "--skip-test-db"}, common[1:]...)...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = spawn.Start(cmd)
-	if err == nil {
-		err = cmd.Wait()
-	}
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fail(fmt.Errorf("%s: %v: %s", filepath.Base(installDB), err, tailString(out.String())), "check that "+installDB+" works")
+		return nil, fail(fmt.Errorf("%s: %v: %s", filepath.Base(installDB), err, tailString(out)), "check that "+installDB+" works")
 	}
 	port, err := FreePort()
 	if err != nil {

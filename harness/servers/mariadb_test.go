@@ -3,9 +3,7 @@ package servers
 import (
 	"context"
 	"database/sql"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,19 +18,11 @@ func TestMariaDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real server")
 	}
-	for _, tc := range []struct {
-		name string
-		opts []Option
-	}{{"plain", nil}, {"auth+tls", []Option{WithAuth(), WithTLS()}}} {
+	for _, tc := range secureVariants {
 		t.Run(tc.name, func(t *testing.T) {
+			s := timedStart(t, func(ctx context.Context) (*MariaDB, error) { return StartMariaDB(ctx, tc.opts...) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			t0 := time.Now()
-			s, err := StartMariaDB(ctx, tc.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s ready at %s in %v", s.Name(), s.Endpoint(), time.Since(t0).Round(time.Millisecond))
 			dir, pid := s.p.dir, s.Pid()
 			defer s.Stop()
 			open := func(dsn string) (*sql.DB, error) {
@@ -81,15 +71,7 @@ func TestMariaDB(t *testing.T) {
 				}
 				plain.Close()
 			}
-			if err := s.Stop(); err != nil {
-				t.Fatal(err)
-			}
-			if err := syscall.Kill(pid, 0); err == nil {
-				t.Errorf("process %d still exists after Stop", pid)
-			}
-			if _, err := os.Stat(dir); !os.IsNotExist(err) {
-				t.Errorf("directory %s still exists after Stop (%v)", dir, err)
-			}
+			stopGone(t, s, dir, pid)
 		})
 	}
 }

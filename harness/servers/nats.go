@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/locksuite/locksuite/internal/tempdir"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
@@ -59,14 +58,11 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 	fail := func(err error) error {
 		return &Unavailable{"nats-kv", err, "a free loopback port and a writable temporary directory, or name a server with NATS_URL"}
 	}
-	port, err := FreePort()
+	ports, dir, err := portsAndDir(1, "nats")
 	if err != nil {
 		return nil, fail(err)
 	}
-	dir, err := tempdir.New("", "locksuite-nats-")
-	if err != nil {
-		return nil, fail(err)
-	}
+	port := ports[0]
 	s := &NATS{dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	sopts := &natsserver.Options{
 		ServerName: "locksuite", Host: "127.0.0.1", Port: port,

@@ -2,7 +2,6 @@ package servers
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -15,19 +14,11 @@ import (
 // WithTLS: the user's password over TLS gets in, a wrong password and a
 // plain connection do not.
 func TestNATS(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts []Option
-	}{{"plain", nil}, {"auth+tls", []Option{WithAuth(), WithTLS()}}} {
+	for _, tc := range secureVariants {
 		t.Run(tc.name, func(t *testing.T) {
+			s := timedStart(t, func(ctx context.Context) (*NATS, error) { return StartNATS(ctx, tc.opts...) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			t0 := time.Now()
-			s, err := StartNATS(ctx, tc.opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s ready at %s in %v", s.Name(), s.Endpoint(), time.Since(t0).Round(time.Millisecond))
 			defer s.Stop()
 			var nopts []nats.Option
 			if tc.opts != nil {
@@ -63,10 +54,7 @@ func TestNATS(t *testing.T) {
 				t.Fatalf("get: %v %v", e, err)
 			}
 			nc.Close()
-			s.Stop()
-			if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
-				t.Errorf("directory %s still exists after Stop (%v)", s.dir, err)
-			}
+			stopGone(t, s, s.dir)
 		})
 	}
 }

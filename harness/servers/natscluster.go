@@ -9,12 +9,10 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
@@ -72,11 +70,9 @@ func serveNATSMember(v string) int {
 // NATSCluster is a JetStream cluster of NATS servers, each its own process,
 // started by StartNATSCluster.
 type NATSCluster struct {
-	dir     string
-	members []*Member
-	http    map[*Member]string // member → its monitoring address
-	hc      *http.Client
-	once    sync.Once
+	group
+	http map[*Member]string // member → its monitoring address
+	hc   *http.Client
 }
 
 func (s *NATSCluster) Name() string { return "nats-cluster" }
@@ -90,8 +86,6 @@ func (s *NATSCluster) Endpoint() string {
 	}
 	return strings.Join(urls, ",")
 }
-
-func (s *NATSCluster) Members() []*Member { return s.members }
 
 // StartNATSCluster starts n NATS servers with JetStream (three for the
 // failover scenario) on free loopback ports, routed to each other as one
@@ -108,37 +102,31 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	ports, err := freePorts(3 * n)
+	ports, dir, err := portsAndDir(3*n, "nats-cluster")
 	if err != nil {
 		return nil, fail(err)
 	}
-	dir, err := tempdir.New("", "locksuite-nats-cluster-")
-	if err != nil {
-		return nil, fail(err)
-	}
-	s := &NATSCluster{dir: dir, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
+	s := &NATSCluster{group: group{dir: dir}, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
 	}
 	for i := range n {
 		name := fmt.Sprintf("nats-%d", i+1)
-		mdir := filepath.Join(dir, name)
-		if err := os.Mkdir(mdir, 0o700); err != nil {
+		mdir, err := s.memberDir(name)
+		if err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
 		spec, _ := json.Marshal(natsMemberSpec{Name: name, Dir: filepath.Join(mdir, "jetstream"),
 			Port: ports[3*i], ClusterPort: ports[3*i+1], HTTPPort: ports[3*i+2], Routes: strings.Join(routes, ",")})
-		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), dir: mdir}
-		m.start = func() (*proc, error) {
+		m, err := s.add(name, mdir, ports[3*i], func() (*proc, error) {
 			return startMemberProc(name, mdir, []string{natsMemberEnv + "=" + string(spec)}, exe)
-		}
-		if err := m.run(); err != nil {
+		})
+		if err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
-		s.members = append(s.members, m)
 		s.http[m] = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 	}
 	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
@@ -176,23 +164,15 @@ func (s *NATSCluster) status(ctx context.Context) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	agreed := ""
-	for _, m := range ms {
+	agreed, err := agree(ms, "JetStream meta leader", func(m *Member) (string, error) {
 		var jsz natsserver.JSInfo
-		if err := s.get(ctx, m, "/jsz", &jsz); err != nil {
-			return nil, err
+		if err := s.get(ctx, m, "/jsz", &jsz); err != nil || jsz.Meta == nil {
+			return "", err
 		}
-		l := ""
-		if jsz.Meta != nil {
-			l = jsz.Meta.Leader
-		}
-		switch {
-		case l == "":
-			return nil, fmt.Errorf("%s has no JetStream meta leader", m.name)
-		case agreed != "" && l != agreed:
-			return nil, fmt.Errorf("servers disagree on the meta leader (%s, %s)", agreed, l)
-		}
-		agreed = l
+		return jsz.Meta.Leader, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, m := range ms {
 		if m.name == agreed {
@@ -209,16 +189,7 @@ func (s *NATSCluster) Healthy(ctx context.Context) error {
 	if _, err := s.status(ctx); err != nil {
 		return err
 	}
-	ms, err := running(s.members)
-	if err != nil {
-		return err
-	}
-	for _, m := range ms {
-		if err := s.get(ctx, m, "/healthz", nil); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.eachRunning(func(m *Member) error { return s.get(ctx, m, "/healthz", nil) })
 }
 
 // Leader is the JetStream meta leader (which places streams; a key-value
@@ -227,19 +198,11 @@ func (s *NATSCluster) Healthy(ctx context.Context) error {
 func (s *NATSCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
 
 func (s *NATSCluster) Restart(ctx context.Context) error {
-	if err := restartKilled(s.members); err != nil {
-		return err
-	}
-	return faults.WaitHealthy(ctx, 60*time.Second, s.Healthy)
+	return s.restart(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the cluster's directory.
 func (s *NATSCluster) Stop() error {
-	s.once.Do(func() {
-		for _, m := range s.members {
-			m.end(syscall.SIGTERM, 5*time.Second)
-		}
-		os.RemoveAll(s.dir)
-	})
+	s.stop(syscall.SIGTERM, 5*time.Second, nil)
 	return nil
 }

@@ -89,18 +89,9 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		}
 		initArgs = append(initArgs, "--pwfile", pw)
 	}
-	cmd := exec.CommandContext(ctx, initdb, initArgs...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = spawn.Start(cmd)
-	if err == nil {
-		err = cmd.Wait()
-	}
-	if err != nil {
+	if out, err := runAs(ctx, cred, dir, initdb, initArgs...); err != nil {
 		os.RemoveAll(dir)
-		return nil, fail(fmt.Errorf("initdb: %v: %s", err, out.String()), "check that "+initdb+" works")
+		return nil, fail(fmt.Errorf("initdb: %v: %s", err, out), "check that "+initdb+" works")
 	}
 	port, err := FreePort()
 	if err != nil {
@@ -206,6 +197,22 @@ func serviceDir(backend, name, account, pkg string) (cred *syscall.Credential, d
 		}
 	}
 	return cred, dir, nil
+}
+
+// runAs runs a server's one-off setup program (initdb,
+// mariadb-install-db) as cred (nil: this process's user) in dir, killed if
+// this process dies, and returns its output, stdout and stderr together.
+func runAs(ctx context.Context, cred *syscall.Credential, dir, prog string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := spawn.Start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	return out.String(), err
 }
 
 // traversable reports whether every directory on path's way from / lets

@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/locksuite/locksuite/internal/tempdir"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -63,14 +62,11 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	if err != nil {
 		return nil, &Unavailable{"redis", err, "install it (apt-get install redis-server, or run ci/setup.sh), or name a server with REDIS_URL"}
 	}
-	port, err := FreePort()
+	ports, dir, err := portsAndDir(1, "redis")
 	if err != nil {
-		return nil, &Unavailable{"redis", err, "free a loopback port"}
+		return nil, &Unavailable{"redis", err, "free loopback ports and a writable temporary directory"}
 	}
-	dir, err := tempdir.New("", "locksuite-redis-")
-	if err != nil {
-		return nil, err
-	}
+	port := ports[0]
 	r := &Redis{addr: fmt.Sprintf("127.0.0.1:%d", port), tls: o.tls}
 	var conf []string
 	if o.auth {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -69,44 +68,38 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 	if err != nil {
 		return nil, fail(err, "install it (apt-get install redis-sentinel, or run ci/setup.sh)")
 	}
-	ports, err := freePorts(5)
+	ports, dir, err := portsAndDir(5, "redis-sentinel")
 	if err != nil {
-		return nil, fail(err, "free loopback ports")
-	}
-	dir, err := tempdir.New("", "locksuite-redis-sentinel-")
-	if err != nil {
-		return nil, fail(err, "a writable temporary directory")
+		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
 	s := &RedisSentinel{group: group{dir: dir}, primary: fmt.Sprintf("127.0.0.1:%d", ports[0])}
 	for i := range 2 {
 		name := fmt.Sprintf("redis-%d", i+1)
-		mdir := filepath.Join(dir, name)
-		if err := os.Mkdir(mdir, 0o700); err != nil {
+		mdir, err := s.memberDir(name)
+		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
-		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[i]), dir: mdir}
-		m.start = func() (*proc, error) {
+		addr := fmt.Sprintf("127.0.0.1:%d", ports[i])
+		if _, err := s.add(name, mdir, ports[i], func() (*proc, error) {
 			argv := []string{srv, "--port", strconv.Itoa(ports[i]), "--bind", "127.0.0.1", "--save", "",
 				"--appendonly", "no", "--dir", mdir, "--daemonize", "no", "--repl-diskless-sync-delay", "0"}
 			// Anything but the primary (the replica, or a primary that was
 			// failed over and comes back) replicates from the primary.
-			if p := s.primaryAddr(); p != m.addr {
+			if p := s.primaryAddr(); p != addr {
 				h, pt, _ := net.SplitHostPort(p)
 				argv = append(argv, "--replicaof", h, pt)
 			}
 			return startMemberProc(name, mdir, nil, argv...)
-		}
-		if err := m.run(); err != nil {
+		}); err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+srv+" runs")
 		}
-		s.members = append(s.members, m)
 	}
 	for i := range 3 {
 		name := fmt.Sprintf("sentinel-%d", i+1)
-		sdir := filepath.Join(dir, name)
-		if err := os.Mkdir(sdir, 0o700); err != nil {
+		sdir, err := s.memberDir(name)
+		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // Server is a running server.
@@ -63,6 +64,21 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portsAndDir reserves n free loopback ports and makes a new temporary
+// directory "locksuite-" + name + "-...": what every server the harness
+// runs starts with. Its error says which of the two failed.
+func portsAndDir(n int, name string) ([]int, string, error) {
+	ports, err := freePorts(n)
+	if err != nil {
+		return nil, "", fmt.Errorf("free loopback ports: %w", err)
+	}
+	dir, err := tempdir.New("", "locksuite-"+name+"-")
+	if err != nil {
+		return nil, "", fmt.Errorf("temporary directory: %w", err)
+	}
+	return ports, dir, nil
 }
 
 func freePorts(n int) ([]int, error) {

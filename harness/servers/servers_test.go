@@ -32,24 +32,8 @@ func TestStartStop(t *testing.T) {
 		{"zookeeper", func(ctx context.Context) (started, error) { return StartZooKeeper(ctx) }, func(s Server) string { return s.(*ZooKeeper).p.dir }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			t0 := time.Now()
-			s, err := tc.start(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s ready at %s in %v", s.Name(), s.Endpoint(), time.Since(t0).Round(time.Millisecond))
-			dir, pid := tc.dir(s), s.Pid()
-			if err := s.Stop(); err != nil {
-				t.Fatal(err)
-			}
-			if err := syscall.Kill(pid, 0); err == nil {
-				t.Errorf("process %d still exists after Stop", pid)
-			}
-			if _, err := os.Stat(dir); !os.IsNotExist(err) {
-				t.Errorf("directory %s still exists after Stop (%v)", dir, err)
-			}
+			s := timedStart(t, tc.start)
+			stopGone(t, s, tc.dir(s), s.Pid())
 		})
 	}
 	t.Run("etcd", func(t *testing.T) {
@@ -111,13 +95,7 @@ func TestStopContinuesAStoppedServer(t *testing.T) {
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	r.Stop()
-	if err := syscall.Kill(pid, 0); err == nil {
-		t.Errorf("stopped process %d still exists after Stop", pid)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("directory %s still exists after Stop (%v)", dir, err)
-	}
+	stopGone(t, r, dir, pid)
 }
 
 // TestPostgresIdleTimeoutIgnoresClockJump measures what the clock-jump
@@ -185,3 +163,42 @@ func TestPostgresIdleTimeoutIgnoresClockJump(t *testing.T) {
 	}
 	t.Logf("lock held across the jump, freed %v after it was taken (timeout 2s)", time.Since(t0).Round(time.Millisecond))
 }
+
+// timedStart starts a server with start (within a minute), fails the test
+// if it does not start, and logs how long it took.
+func timedStart[S Server](t *testing.T, start func(context.Context) (S, error)) S {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	s, err := start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s ready at %s in %v", s.Name(), s.Endpoint(), time.Since(t0).Round(time.Millisecond))
+	return s
+}
+
+// stopGone stops s and checks that the processes pids (0: none) and the
+// directory dir are gone.
+func stopGone(t *testing.T, s interface{ Stop() error }, dir string, pids ...int) {
+	t.Helper()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if pid != 0 && syscall.Kill(pid, 0) == nil {
+			t.Errorf("process %d still exists after Stop", pid)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("directory %s still exists after Stop (%v)", dir, err)
+	}
+}
+
+// secureVariants are the options a server test runs with: none, and an
+// enforced password with TLS.
+var secureVariants = []struct {
+	name string
+	opts []Option
+}{{"plain", nil}, {"auth+tls", []Option{WithAuth(), WithTLS()}}}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // zkJars: the harness runs Debian's ZooKeeper (package zookeeper, 3.8) as a plain java
@@ -192,14 +191,11 @@ func (s *ZooKeeper) Pid() int { return s.p.Pid() }
 func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 	o := apply(opts)
 	fail := func(err error, fix string) error { return &Unavailable{"zookeeper", err, fix} }
-	port, err := FreePort()
+	ports, dir, err := portsAndDir(1, "zookeeper")
 	if err != nil {
-		return nil, fail(err, "free a loopback port")
+		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
-	dir, err := tempdir.New("", "locksuite-zookeeper-")
-	if err != nil {
-		return nil, fail(err, "a writable temporary directory")
-	}
+	port := ports[0]
 	s := &ZooKeeper{addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	var extra []string
 	if o.auth {
@@ -286,9 +282,7 @@ func (s *ZooKeeper) Stop() error {
 // its own process with its own ports and data directory, started by
 // StartZooKeeperEnsemble.
 type ZooKeeperEnsemble struct {
-	dir     string
-	members []*Member
-	once    sync.Once
+	group
 }
 
 func (s *ZooKeeperEnsemble) Name() string { return "zookeeper-ensemble" }
@@ -296,17 +290,6 @@ func (s *ZooKeeperEnsemble) Name() string { return "zookeeper-ensemble" }
 // Endpoint is every server's client address, comma-separated (the form of
 // a ZooKeeper connect string without a chroot).
 func (s *ZooKeeperEnsemble) Endpoint() string { return strings.Join(s.Addrs(), ",") }
-
-// Addrs are the servers' client addresses.
-func (s *ZooKeeperEnsemble) Addrs() []string {
-	var out []string
-	for _, m := range s.members {
-		out = append(out, m.addr)
-	}
-	return out
-}
-
-func (s *ZooKeeperEnsemble) Members() []*Member { return s.members }
 
 // StartZooKeeperEnsemble starts n ZooKeeper servers (three for the failover
 // scenario) on free loopback ports, configured as StartZooKeeper's server is
@@ -318,15 +301,11 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 	if n < 1 {
 		return nil, fail(fmt.Errorf("%d servers", n), "ask for at least one (three for failover)")
 	}
-	ports, err := freePorts(3 * n)
+	ports, dir, err := portsAndDir(3*n, "zookeeper-ensemble")
 	if err != nil {
-		return nil, fail(err, "free loopback ports")
+		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
-	dir, err := tempdir.New("", "locksuite-zookeeper-ensemble-")
-	if err != nil {
-		return nil, fail(err, "a writable temporary directory")
-	}
-	s := &ZooKeeperEnsemble{dir: dir}
+	s := &ZooKeeperEnsemble{group{dir: dir}}
 	var peers []string
 	for i := range n {
 		peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
@@ -353,13 +332,10 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 			s.Stop()
 			return nil, fail(err, zkInstall)
 		}
-		m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), dir: mdir}
-		m.start = func() (*proc, error) { return startMemberProc(name, mdir, nil, argv...) }
-		if err := m.run(); err != nil {
+		if _, err := s.add(name, mdir, ports[3*i], func() (*proc, error) { return startMemberProc(name, mdir, nil, argv...) }); err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+argv[0]+" runs")
 		}
-		s.members = append(s.members, m)
 	}
 	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
@@ -424,19 +400,11 @@ func (s *ZooKeeperEnsemble) Healthy(ctx context.Context) error {
 func (s *ZooKeeperEnsemble) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
 
 func (s *ZooKeeperEnsemble) Restart(ctx context.Context) error {
-	if err := restartKilled(s.members); err != nil {
-		return err
-	}
-	return faults.WaitHealthy(ctx, 60*time.Second, s.Healthy)
+	return s.restart(ctx, 60*time.Second, s.Healthy)
 }
 
 // Stop ends every server and removes the ensemble's directory.
 func (s *ZooKeeperEnsemble) Stop() error {
-	s.once.Do(func() {
-		for _, m := range s.members {
-			m.end(syscall.SIGTERM, 3*time.Second)
-		}
-		os.RemoveAll(s.dir)
-	})
+	s.stop(syscall.SIGTERM, 3*time.Second, nil)
 	return nil
 }

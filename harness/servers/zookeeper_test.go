@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,16 +62,7 @@ func TestZooKeeperServes(t *testing.T) {
 		if want := "minSessionTimeout=200"; !strings.Contains(st, want) {
 			t.Errorf("conf lacks %q:\n%s", want, st)
 		}
-		pid, dir := s.Pid(), s.p.dir
-		if err := s.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		if syscall.Kill(pid, 0) == nil {
-			t.Errorf("process %d still exists after Stop", pid)
-		}
-		if _, err := os.Stat(dir); !os.IsNotExist(err) {
-			t.Errorf("directory %s still exists after Stop (%v)", dir, err)
-		}
+		stopGone(t, s, s.p.dir, s.Pid())
 	})
 	t.Run("ensemble", func(t *testing.T) {
 		t0 := time.Now()

@@ -86,6 +86,10 @@ func redisServers(sv *service, s servers.Server) suite.Servers {
 	return &single{svc: sv, s: s, members: []suite.Member{m}}
 }
 
+// embedded is suite.Servers for a server embedded in this process (etcd,
+// NATS): no member to stop or to move.
+func embedded(sv *service, s servers.Server) suite.Servers { return &single{svc: sv, s: s} }
+
 // oneProcess is suite.Servers for a server whose clock cannot be moved
 // (why: the reason).
 func oneProcess(process, why string) func(sv *service, s servers.Server) suite.Servers {

@@ -142,8 +142,7 @@ func table() []backend {
 		probe:      probeEtcd,
 		diagnose:   diagnoseEtcd,
 		hostPortOf: func(ep string) string { return stripScheme(strings.Split(ep, ",")[0]) },
-		// Embedded in this process: no member to stop or to move.
-		servers: func(sv *service, s servers.Server) suite.Servers { return &single{svc: sv, s: s} },
+		servers:    embedded,
 	}
 	zookeeperSvc := &service{
 		// tickTime 100 ms, minSessionTimeout 200 ms on the harness's server;
@@ -177,8 +176,7 @@ func table() []backend {
 		hostPortOf: natsHostPort,
 		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
 		probe:      probeNATS,
-		// Embedded in this process: no member to stop or to move.
-		servers: func(sv *service, s servers.Server) suite.Servers { return &single{svc: sv, s: s} },
+		servers:    embedded,
 	}
 	redis3Svc := &service{
 		name: "redis-3", lease: redisSvc.lease, pause: redisSvc.pause, duration: redisSvc.duration,

@@ -25,7 +25,7 @@ func Check(pkg, key, what string, lease *time.Duration, def, min time.Duration, 
 		*lease = def
 	}
 	if *lease < 0 {
-		return fmt.Errorf("%s: lease %v is negative", pkg, *lease)
+		return fmt.Errorf("%s: lease %v is negative: set a positive lease, or 0 for the default %v", pkg, *lease, def)
 	}
 	if *lease < min {
 		return fmt.Errorf("%s: lease %v is below %s", pkg, *lease, why)
@@ -136,4 +136,26 @@ func (l *Lost) channel() chan struct{} {
 		l.ch = make(chan struct{})
 	}
 	return l.ch
+}
+
+// Quote wraps s in q, doubling every q inside it: SQL's quoting of an
+// identifier (MySQL's backquote) or of a string literal (').
+func Quote(s string, q byte) string {
+	out := []byte{q}
+	for i := 0; i < len(s); i++ {
+		if s[i] == q {
+			out = append(out, q)
+		}
+		out = append(out, s[i])
+	}
+	return string(append(out, q))
+}
+
+// ReleaseHeld releases held, giving it up to a second: a Locker's Close
+// frees the lease it still holds before it closes its connection (if the
+// server cannot be asked in time, the lease's own expiry frees it).
+func ReleaseHeld(held backends.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = held.Release(ctx)
 }

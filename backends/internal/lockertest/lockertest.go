@@ -6,13 +6,16 @@ package lockertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/servers"
 )
 
 // Acquire acquires l within d, or fails the test.
@@ -90,14 +93,18 @@ type Stalled struct {
 	Holds func(backends.Lease) bool
 }
 
-// StalledHolder freezes A's connection runs times while it holds the lock
+// StalledHolder freezes A's connection ten times (once with -short) while it holds the lock
 // and returns, sorted, how long after A's last write B got the lock. Each
 // must be at least A's TTL (the lease is never cut short) and at most its
 // Expiry (the bound the suite sizes its waits by); A's Lost fires once it
 // runs again, its late Release returns nil and leaves B's grant alone, and
 // B's fence is above A's.
-func StalledHolder(t *testing.T, s Stalled, runs int) []time.Duration {
+func StalledHolder(t *testing.T, s Stalled) []time.Duration {
 	t.Helper()
+	runs := 10
+	if testing.Short() {
+		runs = 1
+	}
 	ttl, expiry, _ := backends.TTLOf(s.A)
 	var out []time.Duration
 	for range runs {
@@ -139,8 +146,11 @@ func StalledHolder(t *testing.T, s Stalled, runs int) []time.Duration {
 }
 
 // DialVia is a Config.Dial that sends every connection to p, whatever the
-// address asked for.
+// address asked for; nil (the adapter's own dial) when p is nil.
 func DialVia(p *faults.Proxy) func(ctx context.Context, network, address string) (net.Conn, error) {
+	if p == nil {
+		return nil
+	}
 	return func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", p.Addr())
@@ -175,4 +185,27 @@ func Proxy(t *testing.T, target string) *faults.Proxy {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// Main runs m against the server that the environment variable env names
+// (its address, URL or DSN), or, when env is unset, against one that start
+// starts (within a minute) and stops after m. It sets *addr to env's value
+// or to the started server's endpoint (what endpoint returns) and reports
+// how long the start took; a failed start is the exit code 1. A package's
+// TestMain is os.Exit(lockertest.Main(...)).
+func Main[S servers.Server](m *testing.M, env string, addr *string, start func(context.Context, ...servers.Option) (S, error), endpoint func(S) string) int {
+	if *addr = os.Getenv(env); *addr == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		t0 := time.Now()
+		s, err := start(ctx)
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer s.Stop()
+		fmt.Fprintf(os.Stderr, "%s started in %v\n", s.Name(), time.Since(t0).Round(time.Millisecond))
+		*addr = endpoint(s)
+	}
+	return m.Run()
 }
