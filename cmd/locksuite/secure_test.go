@@ -166,7 +166,8 @@ func leaks(t *testing.T, dir string, bufs map[string][]byte, secrets map[string]
 	return out
 }
 
-// TestTLSAndAuth runs the CLI against servers that require authentication
+// TestTLSAndAuth runs the CLI (--backends redis,postgres,etcd,consul: the
+// four whose servers securedServers starts) against servers that require authentication
 // and TLS, named only by the ecosystem's variables: the baseline, the
 // deterministic pause fenced and unfenced, and a chaos run (worker
 // processes), with every output on. Every result must be what it is on
@@ -183,7 +184,7 @@ func TestTLSAndAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonPath := filepath.Join(out, "r.json")
-	cmd := exec.Command(os.Args[0], "run", "--scenarios", "baseline,deterministic-pause,chaos-none",
+	cmd := exec.Command(os.Args[0], "run", "--backends", "redis,postgres,etcd,consul", "--scenarios", "baseline,deterministic-pause,chaos-none",
 		"--duration", "500ms", "--chaos-duration", "1s", "--workers", "2",
 		"--json", jsonPath, "--markdown", filepath.Join(out, "r.md"), "--junit", filepath.Join(out, "junit.xml"),
 		"--log", filepath.Join(out, "spec.log"), "--artifacts", arts)
