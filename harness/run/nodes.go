@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
@@ -133,8 +134,9 @@ func (e *Env) leaderNode() int { return e.Placed.Members[e.Leader] }
 
 // nodeLoop runs each client's critical sections again and again, trying
 // again after errors (each attempt bounded by attempt), until stop is
-// closed or ctx is done.
-func nodeLoop(ctx context.Context, e *Env, ids []int, stop <-chan struct{}, attempt time.Duration, hooks func(id int) load.Hooks) (wait func()) {
+// closed or ctx is done. failed counts each client's attempts that ended
+// in an error (no grant, or a write that failed), by client id.
+func nodeLoop(ctx context.Context, e *Env, ids []int, stop <-chan struct{}, attempt time.Duration, failed []atomic.Int64) (wait func()) {
 	lctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -149,14 +151,13 @@ func nodeLoop(ctx context.Context, e *Env, ids []int, stop <-chan struct{}, atte
 		go func() {
 			defer wg.Done()
 			for lctx.Err() == nil {
-				h := load.Hooks{}
-				if hooks != nil {
-					h = hooks(id)
-				}
 				actx, acancel := context.WithTimeout(lctx, attempt)
-				err := load.Increment(actx, id, e.Lockers[id], e.Store, e.Rec, e.Work, h)
+				err := load.Increment(actx, id, e.Lockers[id], e.Store, e.Rec, e.Work, load.Hooks{})
 				acancel()
 				if err != nil && !errors.Is(err, fencing.ErrStale) {
+					if lctx.Err() == nil {
+						failed[id].Add(1)
+					}
 					select {
 					case <-lctx.Done():
 					case <-time.After(50 * time.Millisecond):
@@ -174,6 +175,17 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	case <-ctx.Done():
 	}
+}
+
+// lastGrant is when client id was last granted in [from, to) (0: never).
+func lastGrant(secs []history.Section, id int, from, to time.Duration) time.Duration {
+	last := time.Duration(0)
+	for _, s := range secs {
+		if s.Client == id && s.Start >= from && s.Start < to && s.Start > last {
+			last = s.Start
+		}
+	}
+	return last
 }
 
 // firstGrant is when client id was first granted at or after t (0: never).
@@ -234,6 +246,14 @@ const recoveryBound = 30 * time.Second
 // that a client cut off from its service tries again.
 const attemptBound = 3 * time.Second
 
+func nodeNames(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = fmt.Sprintf("n%d", n)
+	}
+	return strings.Join(s, ",")
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 
 // SplitBrain is Jepsen's split brain of a primary watched by Sentinels:
@@ -270,7 +290,8 @@ func (l *SplitBrain) Planned(*Env) time.Duration { return l.Warm + l.Hold + l.Af
 func (l *SplitBrain) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, error) {
 	t0 := e.Now()
 	stop := make(chan struct{})
-	wait := nodeLoop(ctx, e, []int{0, 1}, stop, attemptBound, nil)
+	failed := make([]atomic.Int64, 2)
+	wait := nodeLoop(ctx, e, []int{0, 1}, stop, attemptBound, failed)
 	end := sync.OnceFunc(func() { close(stop); wait() })
 	defer end()
 	sleepCtx(ctx, l.Warm)
@@ -291,6 +312,7 @@ func (l *SplitBrain) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, 
 		break
 	}
 	sleepCtx(ctx, l.Hold)
+	failedCut := [2]int64{failed[0].Load(), failed[1].Load()}
 	if err := heal(); err != nil {
 		return Outcome{}, fmt.Errorf("suite: %s: heal %s: %w", e.Backend, cut, err)
 	}
@@ -308,8 +330,12 @@ func (l *SplitBrain) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, 
 		} else if b != 0 {
 			bs = fmt.Sprintf("B was first granted %s after the cut, %s after the heal", ms(b-cutAt), ms(b-healed))
 		}
-		r.Reason = strings.TrimSpace(fmt.Sprintf("%s; during the %s cut A got %s from the old primary, B got %s; grants that overlapped: %d. %s",
-			bs, ms(healed-cutAt), during(secs, 0, cutAt, healed), during(secs, 1, cutAt, healed), grantOverlaps(secs), r.Reason))
+		as := "A was never granted during the cut"
+		if a := lastGrant(secs, 0, cutAt, healed); a != 0 {
+			as = fmt.Sprintf("A's last grant from the old primary %s after the cut", ms(a-cutAt))
+		}
+		r.Reason = strings.TrimSpace(fmt.Sprintf("%s; %s; during the %s cut A got %s and %d failed attempts, B got %s and %d failed attempts; grants that overlapped: %d. %s",
+			bs, as, ms(healed-cutAt), during(secs, 0, cutAt, healed), failedCut[0], during(secs, 1, cutAt, healed), failedCut[1], grantOverlaps(secs), r.Reason))
 	}, Row: func(r *report.Row) {
 		r.Health = health
 		availability(r, e.Rec, d)
@@ -379,7 +405,8 @@ func (l *IsolateLeader) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcom
 		aFirst = err.Error()
 	}
 	stop := make(chan struct{})
-	wait := nodeLoop(ctx, e, []int{0, 1}, stop, attemptBound, nil)
+	failed := make([]atomic.Int64, 2)
+	wait := nodeLoop(ctx, e, []int{0, 1}, stop, attemptBound, failed)
 	bound := time.After(recoveryBound)
 	for firstGrant(e.Rec.Sections(), 1, cutAt) == 0 {
 		select {
@@ -391,6 +418,7 @@ func (l *IsolateLeader) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcom
 		break
 	}
 	sleepCtx(ctx, l.Hold)
+	failedA := failed[0].Load()
 	herr := heal()
 	healed := e.Now()
 	if herr == nil {
@@ -418,8 +446,8 @@ func (l *IsolateLeader) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcom
 		default:
 			bs = fmt.Sprintf("B was granted only after the heal (%s after the cut)", ms(b-cutAt))
 		}
-		r.Reason = strings.TrimSpace(fmt.Sprintf("%s; A's write inside its lease: %s; A through the isolated leader during the %s cut: %s; grants that overlapped: %d. %s",
-			bs, aFirst, ms(healed-cutAt), during(secs, 0, cutAt+time.Nanosecond, healed), grantOverlaps(secs), r.Reason))
+		r.Reason = strings.TrimSpace(fmt.Sprintf("%s; A's write inside its lease: %s; A through the isolated leader during the %s cut: %s and %d failed attempts; grants that overlapped: %d. %s",
+			bs, aFirst, ms(healed-cutAt), during(secs, 0, cutAt+time.Nanosecond, healed), failedA, grantOverlaps(secs), r.Reason))
 	}, Row: func(r *report.Row) {
 		r.Health = health
 		availability(r, e.Rec, d)
@@ -464,7 +492,8 @@ func (l *PartitionRandom) Run(ctx context.Context, e *Env, _ faults.Fault) (Outc
 		ids[i] = i
 	}
 	stop := make(chan struct{})
-	wait := nodeLoop(ctx, e, ids, stop, attemptBound, nil)
+	failed := make([]atomic.Int64, l.Clients)
+	wait := nodeLoop(ctx, e, ids, stop, attemptBound, failed)
 	sleepCtx(ctx, time.Second)
 	var ferr error
 	for _, f := range l.schedule {
@@ -492,8 +521,12 @@ func (l *PartitionRandom) Run(ctx context.Context, e *Env, _ faults.Fault) (Outc
 	health := healthAfter(ctx, e, healed)
 	d := e.Now() - t0
 	return Outcome{Elapsed: d, Amend: func(r *checker.Result) {
-		r.Reason = strings.TrimSpace(fmt.Sprintf("%d clients on nodes n%d…; grants that overlapped: %d. %s",
-			l.Clients, e.ClientNodes[0], grantOverlaps(e.Rec.Sections()), r.Reason))
+		var f int64
+		for i := range failed {
+			f += failed[i].Load()
+		}
+		r.Reason = strings.TrimSpace(fmt.Sprintf("clients on %s; %d failed attempts; grants that overlapped: %d. %s",
+			nodeNames(e.ClientNodes), f, grantOverlaps(e.Rec.Sections()), r.Reason))
 	}, Row: func(r *report.Row) {
 		r.Seed, r.Health, r.Workers = l.Seed, health, l.Clients
 		availability(r, e.Rec, d)
