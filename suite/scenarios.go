@@ -85,7 +85,7 @@ const (
 	// SplitBrain: the service runs on nodes (Config.Nodes); client A talks
 	// to the primary, B through the Sentinels; the primary and A are cut
 	// off from the replica, the Sentinels and B until the Sentinels have
-	// promoted the replica and B has been granted, plus 3 s; both sides
+	// promoted the replica and B has been granted (at most 10 s), plus 3 s; both sides
 	// acquire and write throughout; then the cut heals. Needs a primary
 	// with watchers (redis-sentinel).
 	SplitBrain = "split-brain"
@@ -437,7 +437,7 @@ var nodesTable = []Scenario{
 			Measures: "measures overlapping grants and lost updates when the primary and a client are partitioned from the Sentinels, the replica and another client",
 		},
 		load: func(*Config, *run.Setup) run.Load {
-			return &run.SplitBrain{Warm: time.Second, Hold: 3 * time.Second, After: 3 * time.Second}
+			return &run.SplitBrain{Warm: time.Second, Hold: 3 * time.Second, After: 3 * time.Second, Bound: 10 * time.Second}
 		},
 	},
 	{
@@ -447,7 +447,7 @@ var nodesTable = []Scenario{
 			Measures: "measures overlapping grants and lost updates in a split brain with min-replicas-to-write 1",
 		},
 		load: func(*Config, *run.Setup) run.Load {
-			return &run.SplitBrain{Options: run.NodeOptions{MinReplicas: true}, Warm: time.Second, Hold: 3 * time.Second, After: 3 * time.Second}
+			return &run.SplitBrain{Options: run.NodeOptions{MinReplicas: true}, Warm: time.Second, Hold: 3 * time.Second, After: 3 * time.Second, Bound: 10 * time.Second}
 		},
 	},
 	{

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -261,12 +262,12 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 // connections open does, and B (client 1) through the Sentinels. Both
 // increment for Warm; then the primary and A are cut off from the replica,
 // the Sentinels and B (nodes.Isolate) until B has been granted and Hold has
-// passed (at most recoveryBound); both keep acquiring and writing; then
+// passed (B waits at most Bound, 30 s if 0); both keep acquiring and writing; then
 // the cut heals and both go on for After, while the old primary rejoins
 // as a replica.
 type SplitBrain struct {
-	Options           NodeOptions
-	Warm, Hold, After time.Duration
+	Options                  NodeOptions
+	Warm, Hold, After, Bound time.Duration
 }
 
 func (l *SplitBrain) Prepare(ctx context.Context, e *Env) error {
@@ -301,7 +302,7 @@ func (l *SplitBrain) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, 
 		return Outcome{}, fmt.Errorf("suite: %s: %s: %w", e.Backend, cut, err)
 	}
 	cutAt := e.Now()
-	bound := time.After(recoveryBound)
+	bound := time.After(cmp.Or(l.Bound, recoveryBound))
 	for firstGrant(e.Rec.Sections(), 1, cutAt) == 0 {
 		select {
 		case <-bound:
