@@ -99,9 +99,9 @@ const (
 	// after B's first grant.
 	IsolateLeader = "isolate-leader"
 	// PartitionRandom: on nodes, three clients on three nodes increment
-	// while the nemesis strikes four faults drawn from Chaos.Seed (halves,
-	// isolate, majorities ring, one-way among every node), each 3 s cut
-	// then 2 s healed.
+	// while the nemesis strikes Chaos.Pauses faults (at least one) drawn
+	// from Chaos.Seed (halves, isolate, majorities ring, one-way among
+	// every node), each 3 s cut then 2 s healed.
 	PartitionRandom = "partition-random"
 )
 
@@ -467,7 +467,7 @@ var nodesTable = []Scenario{
 			Measures: "measures whether an update is lost under random network partitions between the primary, the Sentinels and clients",
 		},
 		load: func(c *Config, _ *run.Setup) run.Load {
-			return &run.PartitionRandom{Clients: 3, Count: 4, Cut: 3 * time.Second, Healed: 2 * time.Second, Seed: c.Chaos.Seed}
+			return &run.PartitionRandom{Clients: 3, Count: max(c.Chaos.Pauses, 1), Cut: 3 * time.Second, Healed: 2 * time.Second, Seed: c.Chaos.Seed}
 		},
 	},
 }
