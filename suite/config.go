@@ -128,6 +128,13 @@ type Config struct {
 	// decides what the failover specs assert). Default nil: those
 	// scenarios are skipped.
 	Servers Servers
+	// Nodes, if not nil, starts the lock service anew on network
+	// namespaces (harness/nodes), for the node scenarios (split-brain,
+	// split-brain-min-replicas, isolate-leader, partition-random), which
+	// partition its members and clients. They need root (CAP_SYS_ADMIN and
+	// CAP_NET_ADMIN). suite/local sets it for etcd-cluster, consul-cluster
+	// and redis-sentinel. Default nil: those scenarios are skipped.
+	Nodes *NodeService
 
 	workerArgv []string // set by Test: how to run this binary as a worker
 	_          struct{}

@@ -81,6 +81,28 @@ const (
 	// FailoverLoad: Clients clients increment for Chaos.Duration; halfway,
 	// the leader is killed.
 	FailoverLoad = "failover-load"
+
+	// SplitBrain: the service runs on nodes (Config.Nodes); client A talks
+	// to the primary, B through the Sentinels; the primary and A are cut
+	// off from the replica, the Sentinels and B until the Sentinels have
+	// promoted the replica and B has been granted (at most 10 s), plus 3 s; both sides
+	// acquire and write throughout; then the cut heals. Needs a primary
+	// with watchers (redis-sentinel).
+	SplitBrain = "split-brain"
+	// SplitBrainMinReplicas: SplitBrain with Redis's own mitigation on both
+	// servers (min-replicas-to-write 1, min-replicas-max-lag 1).
+	SplitBrainMinReplicas = "split-brain-min-replicas"
+	// IsolateLeader: on nodes, A holds a lease granted through the leader
+	// (the primary) only; the leader and A are cut off from the rest at
+	// once; A writes within its lease, then keeps acquiring through the
+	// isolated leader; B works through the majority; the cut heals 3 s
+	// after B's first grant.
+	IsolateLeader = "isolate-leader"
+	// PartitionRandom: on nodes, three clients on three nodes increment
+	// while the nemesis strikes Chaos.Pauses faults (at least one) drawn
+	// from Chaos.Seed (halves, isolate, majorities ring, one-way among
+	// every node), each 3 s cut then 2 s healed.
+	PartitionRandom = "partition-random"
 )
 
 // Scenario families: each is a label of its scenarios' specs.
@@ -91,6 +113,9 @@ const (
 	// Not "failover", which is a scenario's name: a label filter would
 	// select both.
 	FamilyCluster = "cluster"
+	// FamilyNodes: a cluster started on network namespaces of its own and
+	// partitioned (needs root: skipped otherwise, with the reason).
+	FamilyNodes = "nodes"
 )
 
 // Expectation is what a spec asserts about its run's verdict.
@@ -230,7 +255,7 @@ func freezeA(_ *Config, e *run.Env) faults.Fault {
 }
 
 // table is the suite: one row per scenario, in the order the specs run.
-var table = []Scenario{
+var table = append([]Scenario{
 	{
 		Name: Baseline, Expect: keeps,
 		Text: Text{Keeps: "keeps the counter equal to the acknowledged writes with no faults"},
@@ -399,6 +424,52 @@ var table = []Scenario{
 		},
 		fault: leaderKill,
 	},
+}, nodesTable...)
+
+// nodesTable are the node scenarios: each load makes its network, starts
+// the service there and strikes its own partitions (their spans are the
+// row's schedule).
+var nodesTable = []Scenario{
+	{
+		Name: SplitBrain, Family: FamilyNodes, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when the primary and a client are partitioned from the Sentinels, the replica and another client",
+			Measures: "measures overlapping grants and lost updates when the primary and a client are partitioned from the Sentinels, the replica and another client",
+		},
+		load: func(*Config, *run.Setup) run.Load {
+			return &run.SplitBrain{Warm: time.Second, Hold: 3 * time.Second, After: 3 * time.Second, Bound: 10 * time.Second}
+		},
+	},
+	{
+		Name: SplitBrainMinReplicas, Family: FamilyNodes, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant in a split brain with min-replicas-to-write 1",
+			Measures: "measures overlapping grants and lost updates in a split brain with min-replicas-to-write 1",
+		},
+		load: func(*Config, *run.Setup) run.Load {
+			return &run.SplitBrain{Options: run.NodeOptions{MinReplicas: true}, Warm: time.Second, Hold: 3 * time.Second, After: 3 * time.Second, Bound: 10 * time.Second}
+		},
+	},
+	{
+		Name: IsolateLeader, Family: FamilyNodes, Expect: lossyIfAsync(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when the leader is partitioned away with a holder attached to it",
+			Measures: "measures whether an update is lost when the primary is partitioned away with a holder attached to it",
+		},
+		load: func(*Config, *run.Setup) run.Load {
+			return &run.IsolateLeader{Hold: 3 * time.Second, After: 2 * time.Second}
+		},
+	},
+	{
+		Name: PartitionRandom, Family: FamilyNodes, Expect: lossyIfAsync(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant under random network partitions between servers and clients",
+			Measures: "measures whether an update is lost under random network partitions between the primary, the Sentinels and clients",
+		},
+		load: func(c *Config, _ *run.Setup) run.Load {
+			return &run.PartitionRandom{Clients: 3, Count: max(c.Chaos.Pauses, 1), Cut: 3 * time.Second, Healed: 2 * time.Second, Seed: c.Chaos.Seed}
+		},
+	},
 }
 
 func leaderKill(c *Config, e *run.Env) faults.Fault {
@@ -461,7 +532,7 @@ func setup(cfg *Config, runID, scenario string) run.Setup {
 		NewLocker: func(ctx context.Context, id int, dial run.Dialer, lease time.Duration) (backends.Locker, error) {
 			return cfg.NewLocker(ctx, Client{ID: id, Key: key, Dial: dial, Lease: lease})
 		},
-		NewStore: cfg.NewStore, Service: cfg.Servers, Artifacts: cfg.Artifacts, Progress: cfg.Progress,
+		NewStore: cfg.NewStore, Service: cfg.Servers, Nodes: cfg.Nodes, Artifacts: cfg.Artifacts, Progress: cfg.Progress,
 		Explain: func(err error) error { return explain(*cfg, scenario, err) },
 	}
 }

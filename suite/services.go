@@ -1,6 +1,19 @@
 package suite
 
-import "github.com/locksuite/locksuite/harness/faults"
+import (
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/run"
+)
+
+// NodeService starts the lock service on nodes for the node scenarios
+// (run.NodeService): Config.Nodes.
+type NodeService = run.NodeService
+
+// Placed is a lock service running on nodes (run.Placed).
+type Placed = run.Placed
+
+// NodeOptions change the service a node scenario starts (run.NodeOptions).
+type NodeOptions = run.NodeOptions
 
 // Servers gives the server-fault scenarios (a stopped lock server, a moved
 // clock, a failed leader or primary) their hands on the lock service's own

@@ -32,6 +32,7 @@ import (
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/load"
+	"github.com/locksuite/locksuite/harness/nodes"
 	"github.com/locksuite/locksuite/harness/report"
 )
 
@@ -57,6 +58,9 @@ type Setup struct {
 	NewStore func(ctx context.Context, name string, fenced bool) (fencing.Store, error)
 	// Service is the lock service's processes, or nil.
 	Service faults.Service
+	// Nodes, if not nil, starts the lock service anew on nodes, for the
+	// node scenarios; nil: they are skipped.
+	Nodes *NodeService
 	// Artifacts, if not empty, is where the run leaves its history and
 	// timeline (suite.Config.Artifacts).
 	Artifacts string
@@ -109,8 +113,16 @@ type Env struct {
 	Log     *faults.Log
 	T0      time.Duration // Rec time when the load started
 
-	lease  backends.Lease // client 0's current lease, for SessionKill
-	stores []fencing.Store
+	// The node scenarios' network, their service on it, the member index
+	// of its leader when the run was prepared, and each client's node.
+	Net         *nodes.Network
+	Placed      *Placed
+	Leader      int
+	ClientNodes []int
+
+	lease   backends.Lease // client 0's current lease, for SessionKill
+	stores  []fencing.Store
+	closers []func() // run last to first by close, after the clients
 }
 
 // directDial dials without a fault path.
@@ -359,6 +371,9 @@ func (e *Env) close() {
 	defer cancel()
 	for _, s := range e.stores {
 		_ = s.Close(ctx)
+	}
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -165,6 +167,12 @@ func running(ms []*Member) ([]*Member, error) {
 // added to this process's environment, output in dir/name.log (appended to,
 // so that a restarted member's log keeps the earlier run's).
 func startMemberProc(name, dir string, env []string, argv ...string) (*proc, error) {
+	return startMemberProcWith(spawn.Start, name, dir, env, argv...)
+}
+
+// startMemberProcWith is startMemberProc with start in place of
+// spawn.Start (Node.Start, for a process on a node).
+func startMemberProcWith(start func(*exec.Cmd) error, name, dir string, env []string, argv ...string) (*proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -176,7 +184,7 @@ func startMemberProc(name, dir string, env []string, argv ...string) (*proc, err
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// From the spawning thread: Pdeathsig fires when that thread exits.
-	if err := spawn.Start(cmd); err != nil {
+	if err := start(cmd); err != nil {
 		return nil, err
 	}
 	p := &proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}
@@ -284,7 +292,12 @@ func (g *group) memberDir(name string) (string, error) {
 // add runs member name (directory dir, client address 127.0.0.1:port),
 // which start starts, and adds it to the group.
 func (g *group) add(name, dir string, port int, start func() (*proc, error)) (*Member, error) {
-	m := &Member{name: name, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, start: start}
+	return g.addOn(name, dir, "127.0.0.1", port, start)
+}
+
+// addOn is add with the member's client address on host.
+func (g *group) addOn(name, dir, host string, port int, start func() (*proc, error)) (*Member, error) {
+	m := &Member{name: name, addr: net.JoinHostPort(host, strconv.Itoa(port)), dir: dir, start: start}
 	if err := m.run(); err != nil {
 		return nil, err
 	}

@@ -3,9 +3,11 @@ package servers
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +36,15 @@ func (s *ConsulCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") 
 // replaced about 1-2 s after it fails, not 5-10 s), and waits until they
 // have elected a leader and every server answers.
 func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
+	return StartConsulClusterOn(ctx, nil, n)
+}
+
+// StartConsulClusterOn is StartConsulCluster with server i (consul-(i+1))
+// placed by h (nil: loopback).
+func StartConsulClusterOn(ctx context.Context, h *Hosts, n int) (*ConsulCluster, error) {
+	if err := h.check("consul-cluster", n); err != nil {
+		return nil, &Unavailable{"consul-cluster", err, "place every server"}
+	}
 	bin, err := ConsulBinary()
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " once), or set LOCKSUITE_CONSUL to a consul binary"}
@@ -45,7 +56,7 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 	s := &ConsulCluster{group: group{dir: dir}, raft: map[string]*Member{}, clients: map[*Member]*api.Client{}}
 	var join []string
 	for i := range n {
-		join = append(join, fmt.Sprintf("%q", fmt.Sprintf("127.0.0.1:%d", ports[4*i+1])))
+		join = append(join, fmt.Sprintf("%q", net.JoinHostPort(h.host(i), strconv.Itoa(ports[4*i+1]))))
 	}
 	for i := range n {
 		name := fmt.Sprintf("consul-%d", i+1)
@@ -55,22 +66,22 @@ func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 		}
 		hcl := fmt.Sprintf(`
-node_name = %q
+node_name = %[1]q
 server = true
-bootstrap_expect = %d
-data_dir = %q
-bind_addr = "127.0.0.1"
-client_addr = "127.0.0.1"
-advertise_addr = "127.0.0.1"
+bootstrap_expect = %[2]d
+data_dir = %[3]q
+bind_addr = %[9]q
+client_addr = %[9]q
+advertise_addr = %[9]q
 ports {
-  http = %d
-  serf_lan = %d
-  serf_wan = %d
-  server = %d
+  http = %[4]d
+  serf_lan = %[5]d
+  serf_wan = %[6]d
+  server = %[7]d
   dns = -1
   grpc = -1
 }
-retry_join = [%s]
+retry_join = [%[8]s]
 retry_interval = "1s"
 session_ttl_min = "100ms"
 performance {
@@ -78,21 +89,24 @@ performance {
 }
 disable_update_check = true
 log_level = "warn"
-`, name, n, filepath.Join(mdir, "data"), ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "))
+`, name, n, filepath.Join(mdir, "data"), ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "), h.host(i))
 		cf := filepath.Join(mdir, "locksuite.hcl")
 		if err := os.WriteFile(cf, []byte(hcl), 0o600); err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 		}
-		m, err := s.add(name, mdir, ports[4*i], func() (*proc, error) { return startMemberProc(name, mdir, nil, bin, "agent", "-config-file", cf) })
+		start := h.starter(i)
+		m, err := s.addOn(name, mdir, h.host(i), ports[4*i], func() (*proc, error) {
+			return startMemberProcWith(start, name, mdir, nil, bin, "agent", "-config-file", cf)
+		})
 		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "check that " + bin + " runs"}
 		}
-		s.raft[fmt.Sprintf("127.0.0.1:%d", ports[4*i+3])] = m
+		s.raft[net.JoinHostPort(h.host(i), strconv.Itoa(ports[4*i+3]))] = m
 		ac := api.DefaultConfig()
 		ac.Address = m.addr
-		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second}
+		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second, DialContext: h.dial}
 		if s.clients[m], err = api.NewClient(ac); err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a Consul API client"}

@@ -2,9 +2,13 @@ package servers
 
 import (
 	"context"
+	"net"
+	"strconv"
+
 	"encoding/json"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc"
 	"net/url"
 	"os"
 	"os/signal"
@@ -105,8 +109,17 @@ func (s *EtcdCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") }
 // heartbeat, 500 ms election timeout: leases of 1 s and more), and waits
 // until they have elected a leader.
 func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
+	return StartEtcdClusterOn(ctx, nil, n)
+}
+
+// StartEtcdClusterOn is StartEtcdCluster with member i (etcd-(i+1))
+// placed by h (nil: loopback).
+func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int) (*EtcdCluster, error) {
 	fail := func(err error) error {
 		return &Unavailable{"etcd-cluster", err, "free loopback ports and a writable temporary directory"}
+	}
+	if err := h.check("etcd-cluster", n); err != nil {
+		return nil, fail(err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -119,7 +132,7 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 	s := &EtcdCluster{group: group{dir: dir}, ids: map[uint64]*Member{}}
 	var initial []string
 	for i := range n {
-		initial = append(initial, fmt.Sprintf("etcd-%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
+		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1]))))
 	}
 	for i := range n {
 		name := fmt.Sprintf("etcd-%d", i+1)
@@ -130,19 +143,26 @@ func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
 		}
 		spec, _ := json.Marshal(etcdMemberSpec{
 			Name: name, Dir: filepath.Join(mdir, "data"),
-			Client:         fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
-			Peer:           fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
+			Client:         "http://" + net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i])),
+			Peer:           "http://" + net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1])),
 			InitialCluster: strings.Join(initial, ","),
 			Token:          filepath.Base(dir),
 		})
-		if _, err := s.add(name, mdir, ports[2*i], func() (*proc, error) {
-			return startMemberProc(name, mdir, []string{etcdMemberEnv + "=" + string(spec)}, exe)
+		start := h.starter(i)
+		if _, err := s.addOn(name, mdir, h.host(i), ports[2*i], func() (*proc, error) {
+			return startMemberProcWith(start, name, mdir, []string{etcdMemberEnv + "=" + string(spec)}, exe)
 		}); err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
 	}
-	s.c, err = clientv3.New(clientv3.Config{Endpoints: s.Addrs(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cc := clientv3.Config{Endpoints: s.Addrs(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
+	if h != nil {
+		cc.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return h.dial(ctx, "tcp", addr)
+		})}
+	}
+	s.c, err = clientv3.New(cc)
 	if err != nil {
 		s.Stop()
 		return nil, fail(err)

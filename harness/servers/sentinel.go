@@ -25,6 +25,7 @@ const SentinelMaster = "locksuite"
 // fails. Started by StartRedisSentinel.
 type RedisSentinel struct {
 	group     // the Redis servers: redis-1 starts as the primary
+	hosts     *Hosts
 	sentinels []*proc
 	saddrs    []string
 
@@ -59,7 +60,28 @@ func (s *RedisSentinel) MasterName() string { return SentinelMaster }
 // tried to fail it over, found no replica, and then waited 2 ×
 // failover-timeout before the next real failover.
 func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
+	return StartRedisSentinelOn(ctx, nil, SentinelOptions{})
+}
+
+// SentinelOptions change the Redis servers of StartRedisSentinelOn.
+type SentinelOptions struct {
+	// MinReplicasToWrite and MinReplicasMaxLag (seconds) are Redis's own
+	// mitigation of a split brain (min-replicas-to-write,
+	// min-replicas-max-lag), set on both servers: a primary refuses writes
+	// while fewer than MinReplicasToWrite replicas have acknowledged it
+	// within MinReplicasMaxLag seconds. 0: not set (Redis's default).
+	MinReplicasToWrite, MinReplicasMaxLag int
+	_                                     struct{}
+}
+
+// StartRedisSentinelOn is StartRedisSentinel with its processes placed by h
+// (nil: loopback), in this order: redis-1 (the first primary), redis-2,
+// sentinel-1, sentinel-2, sentinel-3.
+func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions) (*RedisSentinel, error) {
 	fail := func(err error, fix string) error { return &Unavailable{"redis-sentinel", err, fix} }
+	if err := h.check("redis-sentinel", 5); err != nil {
+		return nil, fail(err, "place all five processes")
+	}
 	srv, err := lookPath("redis-server")
 	if err != nil {
 		return nil, fail(err, "install it (apt-get install redis-server, or run ci/setup.sh)")
@@ -72,7 +94,7 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 	if err != nil {
 		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
-	s := &RedisSentinel{group: group{dir: dir}, primary: fmt.Sprintf("127.0.0.1:%d", ports[0])}
+	s := &RedisSentinel{group: group{dir: dir}, hosts: h, primary: net.JoinHostPort(h.host(0), strconv.Itoa(ports[0]))}
 	for i := range 2 {
 		name := fmt.Sprintf("redis-%d", i+1)
 		mdir, err := s.memberDir(name)
@@ -80,17 +102,28 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", ports[i])
-		if _, err := s.add(name, mdir, ports[i], func() (*proc, error) {
-			argv := []string{srv, "--port", strconv.Itoa(ports[i]), "--bind", "127.0.0.1", "--save", "",
+		host := h.host(i)
+		addr := net.JoinHostPort(host, strconv.Itoa(ports[i]))
+		start := h.starter(i)
+		if _, err := s.addOn(name, mdir, host, ports[i], func() (*proc, error) {
+			argv := []string{srv, "--port", strconv.Itoa(ports[i]), "--bind", host, "--save", "",
 				"--appendonly", "no", "--dir", mdir, "--daemonize", "no", "--repl-diskless-sync-delay", "0"}
+			if h != nil {
+				// Off loopback Redis wants a password otherwise; these are
+				// the harness's own isolated addresses.
+				argv = append(argv, "--protected-mode", "no")
+			}
+			if o.MinReplicasToWrite > 0 {
+				argv = append(argv, "--min-replicas-to-write", strconv.Itoa(o.MinReplicasToWrite),
+					"--min-replicas-max-lag", strconv.Itoa(max(o.MinReplicasMaxLag, 1)))
+			}
 			// Anything but the primary (the replica, or a primary that was
 			// failed over and comes back) replicates from the primary.
 			if p := s.primaryAddr(); p != addr {
 				h, pt, _ := net.SplitHostPort(p)
 				argv = append(argv, "--replicaof", h, pt)
 			}
-			return startMemberProc(name, mdir, nil, argv...)
+			return startMemberProcWith(start, name, mdir, nil, argv...)
 		}); err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+srv+" runs")
@@ -104,28 +137,29 @@ func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
 			return nil, fail(err, "a writable temporary directory")
 		}
 		port := ports[2+i]
+		host := h.host(2 + i)
 		conf := fmt.Sprintf(`port %d
-bind 127.0.0.1
+bind %s
 daemonize no
 protected-mode no
 dir %s
-sentinel monitor %s 127.0.0.1 %d 2
+sentinel monitor %s %s %d 2
 sentinel down-after-milliseconds %s 1000
 sentinel failover-timeout %s 2000
 sentinel parallel-syncs %s 1
-`, port, sdir, SentinelMaster, ports[0], SentinelMaster, SentinelMaster, SentinelMaster)
+`, port, host, sdir, SentinelMaster, h.host(0), ports[0], SentinelMaster, SentinelMaster, SentinelMaster)
 		cf := filepath.Join(sdir, "sentinel.conf")
 		if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
-		p, err := startMemberProc(name, sdir, nil, sen, cf)
+		p, err := startMemberProcWith(h.starter(2+i), name, sdir, nil, sen, cf)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+sen+" runs")
 		}
 		s.sentinels = append(s.sentinels, p)
-		s.saddrs = append(s.saddrs, fmt.Sprintf("127.0.0.1:%d", port))
+		s.saddrs = append(s.saddrs, net.JoinHostPort(host, strconv.Itoa(port)))
 	}
 	for i, a := range s.saddrs {
 		err := waitReady(ctx, s.sentinels[i], 10*time.Second, func(ctx context.Context) error {
@@ -158,7 +192,7 @@ func (s *RedisSentinel) primaryAddr() string {
 
 // do runs f with a one-off client of addr.
 func (s *RedisSentinel) do(ctx context.Context, addr string, f func(*goredis.Client) error) error {
-	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1})
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1, Dialer: s.hosts.dial})
 	defer c.Close()
 	return f(c)
 }

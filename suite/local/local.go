@@ -329,6 +329,7 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 	}
 	c := e.conn(b.on.name)
 	cfg := e.config(n, b.on, fenced, func(_ context.Context, cl suite.Client) (backends.Locker, error) { return b.newLocker(c, cl) })
+	cfg.Nodes = nodeService(b)
 	if b.tune != nil {
 		b.tune(&cfg)
 	}

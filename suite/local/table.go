@@ -79,6 +79,9 @@ type service struct {
 	// server-fault and failover scenarios can stop, kill or move it; nil:
 	// no member to act on.
 	servers func(sv *service, s servers.Server) suite.Servers
+	// nodes, if not nil, starts the service anew on nodes, for the node
+	// scenarios (suite.Config.Nodes).
+	nodes *onNodes
 }
 
 // backend is one backend this package provides: the service it runs on and
@@ -197,14 +200,28 @@ func table() []backend {
 	}
 	etcdCluster := clusterOf("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER", etcdSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartEtcdCluster(ctx, 3) })
+	etcdCluster.nodes = &onNodes{n: 3, members: 3, start: func(ctx context.Context, h *servers.Hosts, _ suite.NodeOptions) (servers.Cluster, error) {
+		return servers.StartEtcdClusterOn(ctx, h, 3)
+	}}
 	consulCluster := clusterOf("consul-cluster", "LOCKSUITE_CONSUL_CLUSTER", consulSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartConsulCluster(ctx, 3) })
+	consulCluster.nodes = &onNodes{n: 3, members: 3, start: func(ctx context.Context, h *servers.Hosts, _ suite.NodeOptions) (servers.Cluster, error) {
+		return servers.StartConsulClusterOn(ctx, h, 3)
+	}}
 	zookeeperEnsemble := clusterOf("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartZooKeeperEnsemble(ctx, 3) })
 	natsCluster := clusterOf("nats-cluster", "LOCKSUITE_NATS_CLUSTER", natsSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartNATSCluster(ctx, 3) })
 	redisSentinel := clusterOf("redis-sentinel", "LOCKSUITE_REDIS_SENTINEL", redisSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartRedisSentinel(ctx) })
+	redisSentinel.nodes = &onNodes{n: 5, members: 2, direct: redisDirect,
+		start: func(ctx context.Context, h *servers.Hosts, o suite.NodeOptions) (servers.Cluster, error) {
+			var so servers.SentinelOptions
+			if o.MinReplicas {
+				so.MinReplicasToWrite, so.MinReplicasMaxLag = 1, 1
+			}
+			return servers.StartRedisSentinelOn(ctx, h, so)
+		}}
 
 	return []backend{
 		{name: "consul", kind: adapter, on: consulSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
