@@ -48,28 +48,37 @@ func TestBadCredentialsMySQLNATS(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)
-			var out, errb bytes.Buffer
-			t0 := time.Now()
-			code := cli([]string{"run", "--backends", tc.backend, "--scenarios", "baseline", "--fencing", "on", "--duration", "200ms",
-				"--log", filepath.Join(t.TempDir(), "spec.log")}, &out, &errb)
-			d := time.Since(t0)
-			t.Logf("%v: %s", d.Round(time.Millisecond), strings.TrimSpace(errb.String()))
-			if code != 2 {
-				t.Errorf("exit %d, want 2", code)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(errb.String(), w) {
-					t.Errorf("stderr does not contain %q", w)
-				}
-			}
-			if d > 30*time.Second {
-				t.Errorf("took %v: a refused connection must be reported within 30s", d)
-			}
-			for _, sec := range []string{wrong, myPass, natsPass} {
-				if strings.Contains(out.String()+errb.String(), sec) {
-					t.Errorf("a password was printed")
-				}
-			}
+			refusedBaseline(t, tc.backend, tc.want, map[string]string{"the wrong password": wrong, "MariaDB's password": myPass, "NATS's password": natsPass})
 		})
+	}
+}
+
+// refusedBaseline runs the CLI's baseline on backend, with the environment
+// the caller set, and checks that it ends with exit 2 within 30 s, that its
+// standard error contains each of want, and that nothing it printed holds
+// any of secrets (named by what they are).
+func refusedBaseline(t *testing.T, backend string, want []string, secrets map[string]string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	t0 := time.Now()
+	code := cli([]string{"run", "--backends", backend, "--scenarios", "baseline", "--fencing", "on", "--duration", "200ms",
+		"--log", filepath.Join(t.TempDir(), "spec.log")}, &out, &errb)
+	d := time.Since(t0)
+	t.Logf("%v: %s", d.Round(time.Millisecond), strings.TrimSpace(errb.String()))
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	for _, w := range want {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("stderr does not contain %q", w)
+		}
+	}
+	if d > 30*time.Second {
+		t.Errorf("took %v: a refused connection must be reported within 30s", d)
+	}
+	for what, sec := range secrets {
+		if strings.Contains(out.String()+errb.String(), sec) {
+			t.Errorf("%s printed", what)
+		}
 	}
 }

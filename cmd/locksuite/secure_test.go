@@ -306,28 +306,7 @@ func TestBadCredentials(t *testing.T) {
 					os.Unsetenv(k)
 				}
 			}
-			var out, errb bytes.Buffer
-			t0 := time.Now()
-			code := cli([]string{"run", "--backends", tc.backend, "--scenarios", "baseline", "--fencing", "on", "--duration", "200ms",
-				"--log", filepath.Join(t.TempDir(), "spec.log")}, &out, &errb)
-			d := time.Since(t0)
-			t.Logf("%v: %s", d.Round(time.Millisecond), strings.TrimSpace(errb.String()))
-			if code != 2 {
-				t.Errorf("exit %d, want 2", code)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(errb.String(), w) {
-					t.Errorf("stderr does not contain %q", w)
-				}
-			}
-			if d > 30*time.Second {
-				t.Errorf("took %v: a refused connection must be reported within 30s", d)
-			}
-			for what, sec := range secrets {
-				if strings.Contains(out.String()+errb.String(), sec) {
-					t.Errorf("%s printed", what)
-				}
-			}
+			refusedBaseline(t, tc.backend, tc.want, secrets)
 		})
 	}
 }
