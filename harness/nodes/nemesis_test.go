@@ -292,8 +292,8 @@ func procState(t *testing.T, pid int) string {
 
 // TestKilledCoordinator: a process that made nodes and started a child on
 // one is killed (SIGKILL, and SIGINT without a handler); its child dies
-// with it, the kernel removes its namespaces and veths, and the next
-// RemoveStale its bridge, after which nothing of its network is left.
+// with it and the kernel removes its namespaces, the hub's included, and
+// with them every link of its network: nothing is left for anyone to clean.
 func TestKilledCoordinator(t *testing.T) {
 	if err := Check(); err != nil {
 		t.Skip(err)
@@ -312,38 +312,33 @@ func TestKilledCoordinator(t *testing.T) {
 			line, _ := bufio.NewReader(out).ReadString('\n')
 			var bridge string
 			var child int
-			if _, err := fmtSscan(line, &bridge, &child); err != nil {
+			var hub nsID
+			if _, err := fmtSscan(line, &bridge, &child, &hub.dev, &hub.ino); err != nil {
 				cmd.Process.Kill()
 				cmd.Wait()
 				t.Fatalf("leak helper: %q", line)
 			}
-			if len(linksOf(t, bridge)) != 4 {
-				t.Errorf("before the kill, links of %s: %v, want a bridge and 3 veths", bridge, linksOf(t, bridge))
+			if held := holders(hub); len(held) == 0 {
+				t.Errorf("before the kill, nothing holds the hub: the helper's line %q names the wrong namespace", line)
+			}
+			if left := hostLinksOf(t, bridge); len(left) > 0 {
+				t.Errorf("before the kill, links %v of the run are in the host's namespace, want none", left)
 			}
 			cmd.Process.Signal(sig)
 			cmd.Wait()
-			// The kernel removes the dead run's namespaces, and with them
-			// its veths, by itself once the child on n0 has died by its
-			// Pdeathsig; both are asynchronous.
+			// The child on n0 dies by its Pdeathsig, asynchronously.
 			deadline := time.Now().Add(10 * time.Second)
-			for time.Now().Before(deadline) && (alive(child) || len(linksOf(t, bridge)) > 1) {
+			for time.Now().Before(deadline) && (alive(child) || len(holders(hub)) > 0) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			if alive(child) {
 				t.Errorf("the child %d on a node outlived its killed coordinator", child)
 			}
-			if left := linksOf(t, bridge); !slices.Equal(left, []string{bridge}) {
-				t.Errorf("after the kill, before RemoveStale, links %v are left, want the bridge only", left)
+			if held := holders(hub); len(held) > 0 {
+				t.Errorf("after the kill, the hub (bridge and veths) is still held: %v", held)
 			}
-			removed, err := RemoveStale()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Contains(removed, bridge) {
-				t.Errorf("RemoveStale removed %v, want %s among them", removed, bridge)
-			}
-			if left := linksOf(t, bridge); len(left) > 0 {
-				t.Errorf("links of the killed run left after RemoveStale: %v", left)
+			if left := hostLinksOf(t, bridge); len(left) > 0 {
+				t.Errorf("after the kill, links %v are left in the host's namespace", left)
 			}
 		})
 	}

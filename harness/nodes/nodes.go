@@ -6,13 +6,16 @@
 //
 // # The network
 //
-// New(ctx, n) makes a bridge "locksuite<X>" in the host's namespace, with no
-// address, and n namespaces n0 … n(n-1). Node i has the loopback (up) and
-// one interface, eth0, a veth whose other end "locksuite<X>n<i>" is a port
-// of the bridge, with the address 10.77.X.(10+i)/24. X (0–255) is the
-// first bridge name no other live run holds, so concurrent runs get
-// different subnets; the kernel's refusal of a second link of one name is
-// the lock. Nodes have no other route: no default route, no NAT, and
+// New(ctx, n) makes a namespace of its own, the hub, holding a bridge
+// "locksuite<X>" with no address, and n namespaces n0 … n(n-1). Node i has
+// the loopback (up) and one interface, eth0, a veth whose other end
+// "locksuite<X>n<i>" is a port of the bridge in the hub, with the address
+// 10.77.X.(10+i)/24. Nothing of a Network is in the host's namespace: its
+// links are invisible there (ip link does not list them), concurrent runs
+// cannot collide (each has its own hub; X is this process's pid modulo 256,
+// for telling runs apart in logs), and the host's firewall never sees the
+// nodes' traffic (bridged packets pass the hub's netfilter hooks, which
+// have no rules). Nodes have no other route: no default route, no NAT, and
 // neither the bridge nor the host has an address in the subnet, so a packet
 // from a node reaches only another node of the same Network (anything else
 // fails with "network is unreachable"). The host itself cannot reach a node
@@ -21,9 +24,7 @@
 // node i itself, since traffic within a node is never cut.
 // eth0, its peer and the bridge get no IPv6 address (addrgenmode none), so a
 // node speaks IPv4 to other nodes only; its loopback keeps 127.0.0.1 and
-// ::1. If the host's firewall drops forwarded traffic (bridged packets pass
-// the host's FORWARD hook when br_netfilter is loaded; Docker's default
-// policy is DROP), nodes cannot reach each other at all.
+// ::1.
 //
 // # Running things on a node
 //
@@ -44,13 +45,13 @@
 //
 // Namespaces and links need CAP_SYS_ADMIN and CAP_NET_ADMIN (root): without
 // them New fails with an error that wraps ErrNoPrivilege and says how to run.
-// The namespaces are unnamed (ip netns list never shows them): they exist
-// while this process holds them or a process runs in them, so the kernel
-// removes them, their nftables rules and their veths when the coordinator
-// dies, even by SIGKILL (its children die with it). Only the bridge would
-// outlive a killed coordinator: every link the harness makes carries its
-// owner (pid and start time) in its alias, and RemoveStale, which New calls
-// first, deletes the links of owners that no longer run.
+// The namespaces, the hub's included, are unnamed (ip netns list never
+// shows them): they exist while this process holds them or a process runs
+// in them, so the kernel removes them, their nftables rules, the veths and
+// the bridge when the coordinator dies, even by SIGKILL (its children die
+// with it, and no process ever runs in the hub). Nothing is left for a
+// later run to clean. RemoveStale deletes what versions that kept the
+// bridge in the host's namespace left there.
 package nodes
 
 import (
@@ -96,7 +97,9 @@ type Network struct {
 	subnet netip.Prefix
 	bridge string
 	home   netns.NsHandle // this process's own network namespace
-	host   *netlink.Handle
+	hub    netns.NsHandle // the namespace of the bridge and the veths' ports
+	hubID  nsID
+	host   *netlink.Handle // netlink in hub
 	nodes  []*Node
 
 	// fdMu guards closing the namespace descriptors (nodes' ns and home)
@@ -116,7 +119,7 @@ type Node struct {
 	index int
 	addr  netip.Addr
 	ns    netns.NsHandle
-	veth  string // its bridge port, in the host's namespace
+	veth  string // its bridge port, in the hub
 	ino   nsID
 	nft   *nftables.Conn
 	table *nftables.Table
@@ -174,10 +177,9 @@ func privileged(what string, err error) error {
 }
 
 // New makes a Network of n nodes (1 ≤ n ≤ MaxNodes), fully connected, after
-// removing what dead runs left (RemoveStale). It returns once packets flow:
-// every link is up and every node has sent a datagram to the next around a
-// ring (at most 10 s; a host firewall that drops bridged traffic makes it
-// fail with a reason). On error it leaves nothing behind. ctx bounds the
+// removing what dead runs of older versions left (RemoveStale). It returns
+// once packets flow: every link is up and every node has sent a datagram to
+// the next around a ring (at most 10 s, or it fails with a reason). On error it leaves nothing behind. ctx bounds the
 // setup; the Network lives until Close.
 func New(ctx context.Context, n int) (nw *Network, err error) {
 	if n < 1 || n > MaxNodes {
@@ -194,7 +196,7 @@ func New(ctx context.Context, n int) (nw *Network, err error) {
 		return nil, fmt.Errorf("nodes: owner record: %w", err)
 	}
 	alias := aliasPrefix + rec
-	nw = &Network{}
+	nw = &Network{hub: -1}
 	if nw.home, err = currentNS(); err != nil {
 		return nil, fmt.Errorf("nodes: this process's network namespace: %w", err)
 	}
@@ -204,7 +206,15 @@ func New(ctx context.Context, n int) (nw *Network, err error) {
 			nw = nil
 		}
 	}()
-	if nw.host, err = netlink.NewHandleAt(nw.home); err != nil {
+	if nw.hub, err = newNS(nw.home); err != nil {
+		return nil, privileged("create the hub's network namespace", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(nw.hub), &st); err != nil {
+		return nil, fmt.Errorf("nodes: stat the hub's namespace: %w", err)
+	}
+	nw.hubID = nsID{st.Dev, st.Ino}
+	if nw.host, err = netlink.NewHandleAt(nw.hub); err != nil {
 		return nil, privileged("netlink", err)
 	}
 	br, x, err := nw.claimBridge(alias)
@@ -304,40 +314,32 @@ func (nw *Network) waitConnected(ctx context.Context) error {
 				break
 			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("nodes: %s cannot reach %s over bridge %s: %w (if the host's firewall drops forwarded packets, as Docker's FORWARD policy does, bridged traffic between nodes is dropped too: br_netfilter)", nw.nodes[i], nw.nodes[(i+1)%n], nw.bridge, ctx.Err())
+				return fmt.Errorf("nodes: %s cannot reach %s over bridge %s: %w", nw.nodes[i], nw.nodes[(i+1)%n], nw.bridge, ctx.Err())
 			}
 		}
 	}
 	return nil
 }
 
-// claimBridge creates the first free bridge locksuite<X>, starting from an
-// X drawn from this pid so that concurrent runs rarely try the same names.
+// claimBridge makes the bridge in the hub, named after this process's pid
+// modulo 256, and labels it with its owner.
 func (nw *Network) claimBridge(alias string) (netlink.Link, int, error) {
-	start := os.Getpid() % 256
-	for k := range 256 {
-		x := (start + k) % 256
-		attrs := netlink.NewLinkAttrs()
-		attrs.Name = fmt.Sprintf("%s%d", prefix, x)
-		br := &netlink.Bridge{LinkAttrs: attrs}
-		err := nw.host.LinkAdd(br)
-		if errors.Is(err, syscall.EEXIST) {
-			continue
-		}
-		if err != nil {
-			return nil, 0, privileged("create bridge "+attrs.Name, err)
-		}
-		nw.bridge = attrs.Name
-		// The kernel ignores an alias given at creation: label it now.
-		if err := nw.host.LinkSetAlias(br, alias); err != nil {
-			return nil, 0, fmt.Errorf("nodes: label bridge %s: %w", attrs.Name, err)
-		}
-		if err := noIPv6(nw.host, br); err != nil {
-			return nil, 0, fmt.Errorf("nodes: bridge %s: %w", attrs.Name, err)
-		}
-		return br, x, nil
+	x := os.Getpid() % 256
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = fmt.Sprintf("%s%d", prefix, x)
+	br := &netlink.Bridge{LinkAttrs: attrs}
+	if err := nw.host.LinkAdd(br); err != nil {
+		return nil, 0, privileged("create bridge "+attrs.Name, err)
 	}
-	return nil, 0, fmt.Errorf("nodes: all 256 bridges %s0…%s255 exist: other runs hold them (RemoveStale removes only those of dead runs)", prefix, prefix)
+	nw.bridge = attrs.Name
+	// The kernel ignores an alias given at creation: label it now.
+	if err := nw.host.LinkSetAlias(br, alias); err != nil {
+		return nil, 0, fmt.Errorf("nodes: label bridge %s: %w", attrs.Name, err)
+	}
+	if err := noIPv6(nw.host, br); err != nil {
+		return nil, 0, fmt.Errorf("nodes: bridge %s: %w", attrs.Name, err)
+	}
+	return br, x, nil
 }
 
 // addNode makes node i: its namespace, its veth into bridge br, its
@@ -475,7 +477,8 @@ func inThread(home netns.NsHandle, f func() error) error {
 // Subnet is the network's /24, 10.77.X.0/24.
 func (nw *Network) Subnet() netip.Prefix { return nw.subnet }
 
-// Bridge is the name of the network's bridge in the host's namespace.
+// Bridge is the name of the network's bridge, in the hub's namespace (not
+// the host's).
 func (nw *Network) Bridge() string { return nw.bridge }
 
 // Nodes are the network's nodes, by index.
@@ -523,6 +526,9 @@ func (nw *Network) Close() error {
 	nw.fdClosed = true
 	for _, node := range nw.nodes {
 		node.ns.Close()
+	}
+	if nw.hub.IsOpen() {
+		nw.hub.Close()
 	}
 	nw.home.Close()
 	nw.fdMu.Unlock()

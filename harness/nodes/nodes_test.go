@@ -89,7 +89,7 @@ func leak() {
 		fmt.Println(err)
 		os.Exit(1)
 	}
-	fmt.Println(nw.Bridge(), cmd.Process.Pid)
+	fmt.Println(nw.Bridge(), cmd.Process.Pid, nw.hubID.dev, nw.hubID.ino)
 	time.Sleep(time.Minute)
 }
 
@@ -113,11 +113,20 @@ func newNetwork(t *testing.T, n int) *Network {
 	return nw
 }
 
-// checkRemoved: no link of nw is left and no process is on its nodes.
+// checkRemoved: no process holds nw's hub or nodes' namespaces (so the
+// kernel has removed them, and with them every link of nw), and the host's
+// namespace has no link of nw either.
 func checkRemoved(t *testing.T, nw *Network) {
 	t.Helper()
-	if left := linksOf(t, nw.Bridge()); len(left) > 0 {
-		t.Errorf("after Close, links of %s are left: %v", nw.Bridge(), left)
+	ids := []nsID{nw.hubID}
+	for _, n := range nw.nodes {
+		ids = append(ids, n.ino)
+	}
+	if held := holders(ids...); len(held) > 0 {
+		t.Errorf("after Close, namespaces of the network are still held: %v", held)
+	}
+	if left := hostLinksOf(t, nw.Bridge()); len(left) > 0 {
+		t.Errorf("after Close, links of %s are left in the host's namespace: %v", nw.Bridge(), left)
 	}
 	for _, n := range nw.nodes {
 		if pids, _ := n.Processes(); len(pids) > 0 {
@@ -129,13 +138,46 @@ func checkRemoved(t *testing.T, nw *Network) {
 	}
 }
 
-// linksOf lists the links named bridge or bridge+"n…" (its veths).
-func linksOf(t *testing.T, bridge string) []string {
+// hostLinksOf lists the links named bridge or bridge+"n…" (its veths) in
+// this process's namespace, where a Network makes none.
+func hostLinksOf(t *testing.T, bridge string) []string {
 	t.Helper()
 	links, err := netlink.LinkList()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return named(links, bridge)
+}
+
+// linksOf lists nw's bridge and its ports, in the hub.
+func linksOf(t *testing.T, nw *Network) []string {
+	t.Helper()
+	links, err := nw.host.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return named(links, nw.Bridge())
+}
+
+// holders lists the processes (/proc/<pid>/ns/net, or an open descriptor)
+// that hold one of the namespaces ids. A namespace nothing holds is gone.
+func holders(ids ...nsID) []string {
+	var out []string
+	paths, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, p := range append(paths, fds...) {
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) != nil {
+			continue
+		}
+		if slices.Contains(ids, nsID{st.Dev, st.Ino}) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func named(links []netlink.Link, bridge string) []string {
 	var out []string
 	for _, l := range links {
 		if name := l.Attrs().Name; name == bridge || strings.HasPrefix(name, bridge+"n") {
@@ -228,8 +270,11 @@ func TestNetwork(t *testing.T) {
 	if !nw.Subnet().Contains(nw.Nodes()[4].Addr()) || nw.Nodes()[4].Addr().As4()[3] != 14 {
 		t.Errorf("n4's address %s: want 10.77.X.14 in %s", nw.Nodes()[4].Addr(), nw.Subnet())
 	}
-	if got := linksOf(t, nw.Bridge()); len(got) != 6 {
-		t.Errorf("links of %s: %v, want the bridge and 5 veths", nw.Bridge(), got)
+	if got := linksOf(t, nw); len(got) != 6 {
+		t.Errorf("links of %s in the hub: %v, want the bridge and 5 veths", nw.Bridge(), got)
+	}
+	if got := hostLinksOf(t, nw.Bridge()); len(got) != 0 {
+		t.Errorf("links of %s in the host's namespace: %v, want none", nw.Bridge(), got)
 	}
 	servers(t, nw)
 	checkReach(t, nw, "fresh network", all)
