@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -27,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
 )
@@ -470,8 +472,14 @@ func runSpecs(o options) (string, error) {
 	var lf *os.File
 	var err error
 	if logPath == "" {
-		lf, err = os.CreateTemp("", "locksuite-*.log")
-	} else {
+		// In a directory of its own that names its owner: if this process
+		// is killed, the next run removes it (tempdir.RemoveStale).
+		var dir string
+		if dir, err = tempdir.New("", tempLogPrefix); err == nil {
+			logPath = filepath.Join(dir, "spec.log")
+		}
+	}
+	if err == nil {
 		lf, err = os.Create(logPath)
 	}
 	if err != nil {

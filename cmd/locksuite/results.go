@@ -15,6 +15,7 @@ import (
 
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // results writes the rows as they come in: after each row, --json (the
@@ -126,14 +127,28 @@ func (s *results) finish(rows []report.Row, status string, passed bool, specLog 
 	case s.o.log != "" || (s.art.kept && strings.HasPrefix(specLog, s.art.dir+string(filepath.Separator))):
 		fmt.Fprintf(s.stderr, "locksuite: spec log: %s\n", specLog)
 	case s.art.kept && exists(filepath.Join(s.art.dir, "spec.log")): // artifacts.finish copied it
-		os.Remove(specLog)
+		removeTempLog(specLog)
 		fmt.Fprintf(s.stderr, "locksuite: spec log: %s\n", filepath.Join(s.art.dir, "spec.log"))
 	case passed:
-		os.Remove(specLog)
+		removeTempLog(specLog)
 	default:
+		// Named to the user: no longer the next run's to remove.
+		_ = tempdir.Disown(filepath.Dir(specLog))
 		fmt.Fprintf(s.stderr, "locksuite: the spec log is %s\n", specLog)
 	}
 	return werr
+}
+
+// tempLogPrefix names the temporary directory of the spec log runSpecs
+// makes when --log is not given.
+const tempLogPrefix = "locksuite-log-"
+
+// removeTempLog removes the temporary spec log and its directory.
+func removeTempLog(specLog string) {
+	os.Remove(specLog)
+	if dir := filepath.Dir(specLog); strings.HasPrefix(filepath.Base(dir), tempLogPrefix) {
+		os.RemoveAll(dir)
+	}
 }
 
 func exists(p string) bool {
