@@ -200,6 +200,21 @@ func firstGrant(secs []history.Section, id int, t time.Duration) time.Duration {
 	return first
 }
 
+// awaitB waits until client 1 (B) is granted the lock after cutAt, for at
+// most bound.
+func awaitB(ctx context.Context, e *Env, cutAt, bound time.Duration) {
+	deadline := time.After(bound)
+	for firstGrant(e.Rec.Sections(), 1, cutAt) == 0 {
+		select {
+		case <-deadline:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // during summarises client id's sections granted in [from, to): how many,
 // and their outcomes.
 func during(secs []history.Section, id int, from, to time.Duration) string {
@@ -302,16 +317,7 @@ func (l *SplitBrain) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, 
 		return Outcome{}, fmt.Errorf("suite: %s: %s: %w", e.Backend, cut, err)
 	}
 	cutAt := e.Now()
-	bound := time.After(cmp.Or(l.Bound, recoveryBound))
-	for firstGrant(e.Rec.Sections(), 1, cutAt) == 0 {
-		select {
-		case <-bound:
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-			continue
-		}
-		break
-	}
+	awaitB(ctx, e, cutAt, cmp.Or(l.Bound, recoveryBound))
 	sleepCtx(ctx, l.Hold)
 	failedCut := [2]int64{failed[0].Load(), failed[1].Load()}
 	if err := heal(); err != nil {
@@ -408,16 +414,7 @@ func (l *IsolateLeader) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcom
 	stop := make(chan struct{})
 	failed := make([]atomic.Int64, 2)
 	wait := nodeLoop(ctx, e, []int{0, 1}, stop, attemptBound, failed)
-	bound := time.After(recoveryBound)
-	for firstGrant(e.Rec.Sections(), 1, cutAt) == 0 {
-		select {
-		case <-bound:
-		case <-ctx.Done():
-		case <-time.After(20 * time.Millisecond):
-			continue
-		}
-		break
-	}
+	awaitB(ctx, e, cutAt, recoveryBound)
 	sleepCtx(ctx, l.Hold)
 	failedA := failed[0].Load()
 	herr := heal()
