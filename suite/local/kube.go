@@ -217,10 +217,17 @@ func leaseName(key string) string {
 	return "locksuite-" + hex.EncodeToString(h[:16])
 }
 
+// wholeSeconds is the lease rounded up to whole seconds, at least 1 s:
+// leaseDurationSeconds has no finer unit (long-lease asks for 2.5 × the
+// pause). The Lockers' TTL says what they were given.
+func wholeSeconds(d time.Duration) time.Duration {
+	return max(time.Second, (d+time.Second-1).Truncate(time.Second))
+}
+
 func newK8sLease(c *conn, cl suite.Client) (backends.Locker, error) {
-	return k8slease.New(k8slease.Config{Rest: c.rest, Dial: cl.Dial, Namespace: c.namespace, Name: leaseName(cl.Key), TTL: cl.Lease})
+	return k8slease.New(k8slease.Config{Rest: c.rest, Dial: cl.Dial, Namespace: c.namespace, Name: leaseName(cl.Key), TTL: wholeSeconds(cl.Lease)})
 }
 
 func newLeaderElection(c *conn, cl suite.Client) (backends.Locker, error) {
-	return leaderelection.New(leaderelection.Config{Rest: c.rest, Dial: cl.Dial, Namespace: c.namespace, Name: leaseName(cl.Key), TTL: cl.Lease})
+	return leaderelection.New(leaderelection.Config{Rest: c.rest, Dial: cl.Dial, Namespace: c.namespace, Name: leaseName(cl.Key), TTL: wholeSeconds(cl.Lease)})
 }
