@@ -221,7 +221,7 @@ func leaseName(key string) string {
 // leaseDurationSeconds has no finer unit (long-lease asks for 2.5 × the
 // pause). The Lockers' TTL says what they were given.
 func wholeSeconds(d time.Duration) time.Duration {
-	return max(time.Second, (d+time.Second-1).Truncate(time.Second))
+	return max(time.Second, (d + time.Second - 1).Truncate(time.Second))
 }
 
 func newK8sLease(c *conn, cl suite.Client) (backends.Locker, error) {
