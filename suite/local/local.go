@@ -12,6 +12,9 @@
 //	ETCDCTL_ENDPOINTS  comma-separated host:port or URLs       lock, and counter store without Postgres
 //	                   (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER=user:password)
 //	LOCKSUITE_REDIS_NODES  comma-separated host:port or redis:// URLs of independent Redis servers (redsync-3)
+//	KUBECONFIG         a Kubernetes cluster (k8s-lease, leader-election): the suite
+//	                   creates a namespace there and deletes it; with
+//	                   LOCKSUITE_KUBE_NAMESPACE, it uses that namespace as it is
 //
 // Besides the four services' own adapters (Names) it provides the lock
 // libraries people use, each on its service's server (Libraries), and
@@ -239,6 +242,9 @@ func (e *Env) provide(ctx context.Context, s *service) {
 	}
 	e.servers = append(e.servers, srv)
 	e.endpoint[s.name] = srv.Endpoint()
+	if mc := e.conns[s.name]; c == nil && mc != nil {
+		e.endpoint[s.name] = mc.endpoint // kube: the kubeconfig, as KUBECONFIG names one
+	}
 	if cl, ok := srv.(servers.Cluster); ok {
 		e.clusters[s.name] = cl
 	}
