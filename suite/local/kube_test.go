@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/suite"
@@ -66,16 +67,16 @@ func TestKube(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}
 	cl := suite.Client{Key: "locksuite/kube-test", Dial: dial, Lease: time.Second}
-	mine, err := env.Config("k8s-lease", false).NewLocker(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
+	var lockers []backends.Locker
+	for _, cfg := range []suite.Config{env.Config("k8s-lease", false), wcfg} {
+		l, err := cfg.NewLocker(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		lockers = append(lockers, l)
 	}
-	defer mine.Close()
-	theirs, err := wcfg.NewLocker(ctx, cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer theirs.Close()
+	mine, theirs := lockers[0], lockers[1]
 	held, err := mine.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
