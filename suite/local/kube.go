@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -120,21 +121,25 @@ func (c *conn) leases() (coordinationv1client.LeaseInterface, error) {
 
 // probeKube reads a Lease that does not exist in the namespace: "not
 // found" says the server answers, the credentials are accepted, and the
-// user may read Leases there.
+// user may read Leases there. Then it reads the namespace, which the Lease
+// read does not check: "not found" is an error, "forbidden" is not (the
+// user needs no more than the Leases).
 func probeKube(ctx context.Context, c *conn) error {
 	l, err := c.leases()
 	if err != nil {
 		return err
 	}
-	_, err = l.Get(ctx, "locksuite-probe", metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		var st apierrors.APIStatus
-		if errors.As(err, &st) && st.Status().Details != nil && st.Status().Details.Kind == "namespaces" {
-			return err
-		}
-		return nil
+	if _, err = l.Get(ctx, "locksuite-probe", metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
 	}
-	return err
+	cc, err := corev1client.NewForConfig(rest.CopyConfig(c.rest))
+	if err != nil {
+		return err
+	}
+	if _, err = cc.Namespaces().Get(ctx, c.namespace, metav1.GetOptions{}); err != nil && !apierrors.IsForbidden(err) {
+		return err
+	}
+	return nil
 }
 
 func diagnoseKube(s symptoms) (problem, fix string) {

@@ -19,7 +19,8 @@ import (
 // unfenced each loses the stalled holder's update, fenced neither does.
 // Then the worker's path: a second Start given the first's Environ
 // (KUBECONFIG and LOCKSUITE_KUBE_NAMESPACE) starts no server, and its
-// client contends for the same Lease as the first Env's.
+// client contends for the same Lease as the first Env's; a namespace
+// that does not exist is reported as such.
 func TestKube(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real kube-apiserver")
@@ -89,5 +90,15 @@ func TestKube(t *testing.T) {
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Error(err)
+	}
+
+	t.Setenv(local.KubeNamespaceEnv, "locksuite-none")
+	none, err := local.Start(ctx, []string{"k8s-lease"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer none.Close()
+	if err := none.Unavailable["k8s-lease"]; err == nil || !strings.Contains(err.Error(), "namespace locksuite-none does not exist") {
+		t.Errorf("a namespace that does not exist: %v", err)
 	}
 }
