@@ -172,8 +172,8 @@ func parseList(flagName, v string, allowed []string) ([]string, error) {
 }
 
 // parseBackends parses --backends: names from local.Names,
-// local.Libraries and local.Clusters; "all" is every name of local.Names,
-// "libraries" every one of local.Libraries.
+// local.Libraries, local.Clusters and local.WhenNamed; "all" is every name
+// of local.Names, "libraries" every one of local.Libraries.
 func parseBackends(v string) ([]string, error) {
 	var parts []string
 	for _, s := range strings.Split(v, ",") {
@@ -186,7 +186,7 @@ func parseBackends(v string) ([]string, error) {
 			parts = append(parts, s)
 		}
 	}
-	allowed := append(append(slices.Clone(local.Names), local.Libraries...), local.Clusters...)
+	allowed := slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed)
 	return parseList("backends", strings.Join(parts, ","), allowed)
 }
 
@@ -194,7 +194,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("locksuite run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from `+strings.Join(local.Variables(), ", ")+"; clusters, started here when named (not by all): "+strings.Join(local.Clusters, ","))
+	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from `+strings.Join(local.Variables(), ", ")+"; clusters, started here when named (not by all): "+strings.Join(local.Clusters, ",")+"; on kube-apiserver (the build of ci/setup.sh) or KUBECONFIG's cluster, when named: "+strings.Join(local.WhenNamed, ","))
 	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Names(""), ",")+"; chaos (worker processes): "+strings.Join(suite.Names(suite.FamilyChaos), ",")+"; network and server faults: "+strings.Join(suite.Names(suite.FamilyFault), ",")+"; on clusters: "+strings.Join(suite.Names(suite.FamilyCluster), ",")+"; on clusters partitioned on network namespaces (root): "+strings.Join(suite.Names(suite.FamilyNodes), ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")

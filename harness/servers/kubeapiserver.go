@@ -25,6 +25,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // KubeAPIServerVersion is the kube-apiserver the harness runs, built from
@@ -118,6 +119,24 @@ func (s *KubeAPIServer) RestConfig() *rest.Config {
 		TLSClientConfig: rest.TLSClientConfig{CAFile: s.ca},
 		UserAgent:       "locksuite",
 	}
+}
+
+// Kubeconfig writes a kubeconfig file for this server (its URL, test CA
+// and token; its current context names the namespace "locksuite") in the
+// directory Stop removes, and returns its path: for another process that
+// should reach this server, such as a chaos worker.
+func (s *KubeAPIServer) Kubeconfig() (string, error) {
+	const n = "locksuite"
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[n] = &clientcmdapi.Cluster{Server: s.URL(), CertificateAuthority: s.ca}
+	cfg.AuthInfos[n] = &clientcmdapi.AuthInfo{Token: s.token}
+	cfg.Contexts[n] = &clientcmdapi.Context{Cluster: n, AuthInfo: n, Namespace: kubeNamespace}
+	cfg.CurrentContext = n
+	p := filepath.Join(s.dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		return "", fmt.Errorf("kube-apiserver: write %s: %w", p, err)
+	}
+	return p, nil
 }
 
 // kubeDisabledAdmission are the admission plugins on by default that the

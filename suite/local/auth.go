@@ -23,6 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/redact"
 )
@@ -42,6 +44,10 @@ type conn struct {
 	user     string      // etcd
 	password string      // etcd
 	token    string      // consul
+	// rest and namespace: the Kubernetes API's client configuration and
+	// the namespace of the suite's Leases (kube).
+	rest      *rest.Config
+	namespace string
 	// env is the variables (name=value) the user set for this backend, to
 	// pass to worker processes.
 	env []string

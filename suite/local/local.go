@@ -12,6 +12,9 @@
 //	ETCDCTL_ENDPOINTS  comma-separated host:port or URLs       lock, and counter store without Postgres
 //	                   (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER=user:password)
 //	LOCKSUITE_REDIS_NODES  comma-separated host:port or redis:// URLs of independent Redis servers (redsync-3)
+//	KUBECONFIG         a Kubernetes cluster (k8s-lease, leader-election): the suite
+//	                   creates a namespace there and deletes it; with
+//	                   LOCKSUITE_KUBE_NAMESPACE, it uses that namespace as it is
 //
 // Besides the four services' own adapters (Names) it provides the lock
 // libraries people use, each on its service's server (Libraries), and
@@ -83,6 +86,16 @@ var Libraries = namesOf(library)
 // failover scenarios are skipped for it.
 var Clusters = namesOf(cluster)
 
+// WhenNamed are the backends started only when named (not by "all" or
+// "libraries"), on a Kubernetes API: kube-apiserver, which ci/setup.sh
+// builds (about 5 minutes once) and which takes seconds to start, or the
+// cluster KUBECONFIG names (in a namespace the suite creates and deletes;
+// with LOCKSUITE_KUBE_NAMESPACE, that namespace as it is):
+//
+//	k8s-lease        a Lease taken and renewed by compare-and-swap (backends/k8slease)
+//	leader-election  client-go's leader election on a Lease (backends/leaderelection)
+var WhenNamed = namesWhenNamed()
+
 // Leases are the default leases per backend (of Names, Libraries and
 // Clusters): 200 ms, and 1 s on etcd, which grants whole seconds (its
 // harness server's floor is 1 s).
@@ -96,7 +109,8 @@ type Env struct {
 	// endpoint per service: host:port (redis, consul, etcd), a DSN
 	// (postgres), comma-separated for several servers.
 	endpoint map[string]string
-	// conns: per service named by the environment, its credentials.
+	// conns: per service named by the environment, its credentials; per
+	// service started with a connect hook, what connect gave.
 	conns map[string]*conn
 	// Unavailable holds, per backend that could not be started or reached,
 	// an error naming it and the fix.
@@ -217,8 +231,20 @@ func (e *Env) provide(ctx context.Context, s *service) {
 		e.Unavailable[s.name] = err
 		return
 	}
+	if c == nil && s.connect != nil {
+		mc, err := s.connect(srv)
+		if err != nil {
+			_ = srv.Stop()
+			e.Unavailable[s.name] = err
+			return
+		}
+		e.conns[s.name] = mc
+	}
 	e.servers = append(e.servers, srv)
 	e.endpoint[s.name] = srv.Endpoint()
+	if mc := e.conns[s.name]; c == nil && mc != nil {
+		e.endpoint[s.name] = mc.endpoint // kube: the kubeconfig, as KUBECONFIG names one
+	}
 	if cl, ok := srv.(servers.Cluster); ok {
 		e.clusters[s.name] = cl
 	}

@@ -82,6 +82,11 @@ type service struct {
 	// nodes, if not nil, starts the service anew on nodes, for the node
 	// scenarios (suite.Config.Nodes).
 	nodes *onNodes
+	// connect, if not nil, is the connection to a server the harness
+	// started when its endpoint is not enough for the clients (kube: a
+	// rest.Config and a namespace), with the variables (conn.env) that
+	// point a worker process at it.
+	connect func(s servers.Server) (*conn, error)
 }
 
 // backend is one backend this package provides: the service it runs on and
@@ -94,6 +99,10 @@ type backend struct {
 	newLocker func(c *conn, cl suite.Client) (backends.Locker, error)
 	// tune, if not nil, adjusts the backend's Config.
 	tune func(cfg *suite.Config)
+	// whenNamed: started only when named, never by "all" or "libraries"
+	// (WhenNamed lists them, not Names or Libraries): its server is costly
+	// to build and start.
+	whenNamed bool
 }
 
 // table lists every backend, in report order within each kind. Adding a
@@ -223,6 +232,8 @@ func table() []backend {
 			return servers.StartRedisSentinelOn(ctx, h, so)
 		}}
 
+	kubeSvc := kubeService()
+
 	return []backend{
 		{name: "consul", kind: adapter, on: consulSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 			return consul.New(consul.Config{Address: c.endpoint, Token: c.token, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
@@ -250,6 +261,9 @@ func table() []backend {
 		{name: "nats-kv", kind: adapter, on: natsSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 			return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 		}},
+		// kube-apiserver is a 170 MB build (ci/setup.sh) and takes seconds
+		// to start: its two backends run when named.
+		{name: "k8s-lease", kind: adapter, on: kubeSvc, newLocker: newK8sLease, whenNamed: true},
 
 		// The library adapters take no TLS settings: against servers named
 		// with TLS variables, use the four adapters.
@@ -279,6 +293,7 @@ func table() []backend {
 		{name: "zk-lock", kind: library, on: zookeeperSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 			return zklock.New(zklock.Config{Servers: c.addrs(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 		}},
+		{name: "leader-election", kind: library, on: kubeSvc, newLocker: newLeaderElection, whenNamed: true},
 
 		// Every connection of a cluster's client goes through cl.Dial, so
 		// the suite's fault path stalls or cuts the client's whole lock
@@ -397,10 +412,21 @@ func services() []*service {
 	return out
 }
 
+// namesOf lists the backends of kind k that "all" or "libraries" start.
 func namesOf(k kind) []string {
 	var out []string
 	for _, b := range table() {
-		if b.kind == k {
+		if b.kind == k && !b.whenNamed {
+			out = append(out, b.name)
+		}
+	}
+	return out
+}
+
+func namesWhenNamed() []string {
+	var out []string
+	for _, b := range table() {
+		if b.whenNamed {
 			out = append(out, b.name)
 		}
 	}

@@ -11,8 +11,8 @@ import (
 )
 
 // TestTable: every backend has a unique name, a Locker and a service that
-// can be started and named by a variable; Names, Libraries and Clusters
-// list each backend once; a service's variables are its own.
+// can be started and named by a variable; Names, Libraries, Clusters and
+// WhenNamed list each backend once; a service's variables are its own.
 func TestTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, b := range table() {
@@ -24,10 +24,10 @@ func TestTable(t *testing.T) {
 			t.Errorf("backend %q lacks a Locker, a service, a start, a variable or its defaults: %+v", b.name, b.on)
 		}
 	}
-	all := slices.Concat(Names, Libraries, Clusters)
+	all := slices.Concat(Names, Libraries, Clusters, WhenNamed)
 	slices.Sort(all)
 	if len(all) != len(seen) || len(slices.Compact(all)) != len(seen) {
-		t.Errorf("Names, Libraries and Clusters (%v) do not list the %d backends once each", all, len(seen))
+		t.Errorf("Names, Libraries, Clusters and WhenNamed (%v) do not list the %d backends once each", all, len(seen))
 	}
 	vars := map[string]string{}
 	for _, s := range services() {
