@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/suite"
 )
 
 type workflow struct {
@@ -159,18 +160,20 @@ func TestKitExample(t *testing.T) {
 	env = append(env, "GOWORK=off")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	goCmd := func(args ...string) {
+	goCmd := func(args ...string) string {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir, cmd.Env = dir, env
-		if out, err := cmd.CombinedOutput(); err != nil {
+		out, err := cmd.CombinedOutput()
+		if err != nil {
 			t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
 		}
+		return string(out)
 	}
 	goCmd("mod", "edit", "-replace", "github.com/locksuite/locksuite="+root)
 	jsonReport := filepath.Join(dir, "report.json")
 	t0 := time.Now()
-	goCmd("test", "-count=1", "-run", "TestLocksuite", ".", "-args", "-ginkgo.label-filter=!chaos", "-ginkgo.json-report="+jsonReport)
+	out := goCmd("test", "-v", "-count=1", "-run", "TestLocksuite", ".", "-args", "-ginkgo.label-filter=!chaos", "-ginkgo.json-report="+jsonReport)
 	t.Logf("kit example: go test in a new directory took %v (build and run; without the chaos scenarios)", time.Since(t0).Round(time.Millisecond))
 
 	rows := readRows(t, jsonReport)
@@ -191,11 +194,20 @@ func TestKitExample(t *testing.T) {
 		"unfenced control":              report.Broken,
 		"unfenced deterministic-pause":  report.Broken,
 		"unfenced release-after-expiry": report.Kept,
-		"fenced deterministic-pause":    report.Skipped, // redsync has no token
 	} {
 		if got[k] != want {
 			t.Errorf("%s: verdict %q, want %q", k, got[k], want)
 		}
+	}
+	// redsync has no token: suite.Test registers no fenced spec, and says
+	// why in one line.
+	for k := range got {
+		if strings.HasPrefix(k, "fenced ") {
+			t.Errorf("%s: a fenced spec ran for a lock without a fencing token", k)
+		}
+	}
+	if want := "locksuite: mylock lock, fenced: not registered: " + suite.NoFence; strings.Count(out, want) != 1 {
+		t.Errorf("the output does not say once %q:\n%s", want, out)
 	}
 }
 

@@ -22,12 +22,16 @@
 package suite
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/worker"
 )
@@ -36,14 +40,28 @@ import (
 // (ginkgo allows one RunSpecs per test binary: pass every Config here). t is
 // a *testing.T, or any ginkgo.GinkgoTestingT. It reports whether all specs
 // passed.
+//
+// A fenced Config whose lock gives no fencing token is not registered:
+// before registering it, Test acquires its lock once and reads the grant's
+// Lease.Fence(); if it is 0, fenced mode does not apply to this lock (every
+// fenced spec would skip), and Test says so in one line of its output
+// instead. A Config that cannot be probed (its server is down, its Config
+// is invalid) is registered as it is: its specs then say what is wrong.
 func Test(t GinkgoTestingT, cfgs ...Config) bool {
 	name := ""
 	if n, ok := t.(interface{ Name() string }); ok {
 		name = n.Name()
 	}
+	_, isWorker, _ := worker.FromEnv()
 	for i := range cfgs {
 		if cfgs[i].workerArgv == nil {
 			cfgs[i].workerArgv = workerArgv(name)
+		}
+		if !isWorker && cfgs[i].Fenced {
+			if reason := cannotFence(cfgs[i]); reason != "" {
+				logf("locksuite: %s lock, fenced: not registered: %s", cfgs[i].Name, reason)
+				continue
+			}
 		}
 		GinkgoTest(&cfgs[i])
 	}
@@ -55,6 +73,48 @@ func Test(t GinkgoTestingT, cfgs ...Config) bool {
 	RegisterFailHandler(Fail)
 	return RunSpecs(t, "locksuite")
 }
+
+// NoFence says why a fenced Config whose lock gives no token is not
+// registered by Test.
+const NoFence = "the lock gives no fencing token (Lease.Fence() is 0), so a fenced store has nothing to compare and every fenced spec would skip; leave the fenced Config out, or return from Fence a token that increases with every grant"
+
+// cannotFence acquires cfg's lock once, on a key of its own, and returns
+// NoFence if the grant's Fence() is 0; "" if it has a token, or if the probe
+// could not tell (an invalid Config, an Acquire that failed: the specs
+// report those).
+func cannotFence(cfg Config) string {
+	if cfg.Validate() != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := fmt.Sprintf("%s/%s/%s/fence-probe", cfg.Prefix, newRunID(), cfg.Name)
+	l, err := cfg.NewLocker(ctx, Client{ID: 0, Key: key, Dial: directDial, Lease: cfg.Lease})
+	if err != nil || l == nil {
+		return ""
+	}
+	defer func() {
+		if c, ok := l.(backends.Cleaner); ok {
+			_ = c.Cleanup(context.WithoutCancel(ctx))
+		}
+		_ = l.Close()
+	}()
+	lease, err := load.Acquire(ctx, l)
+	if err != nil || lease == nil {
+		return ""
+	}
+	fence := lease.Fence()
+	_ = lease.Release(context.WithoutCancel(ctx))
+	if fence == 0 {
+		return NoFence
+	}
+	return ""
+}
+
+// logf writes a line to standard output, where Ginkgo writes its own
+// report: go test shows it where it shows the specs' (with -v, or for a
+// package in the current directory).
+func logf(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args...) }
 
 // GinkgoTest registers the specs for *cfg in the current Ginkgo suite
 // without running them. It may be called several times, for several

@@ -53,7 +53,8 @@ func (l *locker) Expiry() time.Duration { return l.TTL() }
 
 type lease struct{ m *redsync.Mutex }
 
-// Fence is 0: redsync gives no fencing token, so the fenced specs skip.
+// Fence is 0: redsync gives no fencing token, so suite.Test registers no
+// fenced spec (and prints one line saying why).
 func (g lease) Fence() uint64 { return 0 }
 
 // Release deletes the key only if it still holds this grant's value.
