@@ -7,6 +7,7 @@ package mylock
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -22,6 +23,7 @@ type locker struct {
 	rs     *redsync.Redsync
 	key    string
 	lease  time.Duration
+	closed atomic.Bool
 }
 
 // Every connection is made by dial (the suite's suite.Client.Dial), so
@@ -31,9 +33,13 @@ func newLocker(addr string, dial func(ctx context.Context, network, addr string)
 	return &locker{client: c, rs: redsync.New(redsyncgoredis.NewPool(c)), key: key, lease: lease}
 }
 
-// Acquire blocks until the lock is held or ctx is done.
+// Acquire blocks until the lock is held or ctx is done; on a closed locker
+// it returns backends.ErrClosed (the suite's contract spec checks it).
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	for {
+		if l.closed.Load() {
+			return nil, backends.ErrClosed
+		}
 		m := l.rs.NewMutex(l.key, redsync.WithExpiry(l.lease))
 		if err := m.LockContext(ctx); err == nil {
 			return lease{m}, nil
@@ -43,7 +49,13 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	}
 }
 
-func (l *locker) Close() error { return l.client.Close() }
+// Close may be called more than once: only the first closes the client.
+func (l *locker) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	return l.client.Close()
+}
 
 // TTL lets the suite size its waits (backends.TTLer, optional).
 func (l *locker) TTL() time.Duration { return l.lease }
