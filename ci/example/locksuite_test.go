@@ -30,7 +30,8 @@ func TestLocksuite(t *testing.T) {
 			t.Fatal(err) // names the fix: install redis-server (ci/setup.sh) or set REDIS_URL
 		}
 		// A lease alone cannot protect a stalled holder: pin that down, so
-		// that CI fails if the pause scenarios ever stop finding the loss.
+		// that CI fails if the scenarios that aim a fault at the holder ever
+		// stop finding the loss (those chance decides are measured).
 		cfg.ExpectLoss = !fenced
 		cfgs = append(cfgs, cfg)
 	}
