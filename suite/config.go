@@ -51,6 +51,14 @@ type Config struct {
 	NewStore func(ctx context.Context, name string, fenced bool) (fencing.Store, error)
 	// Lease is passed to NewLocker as Client.Lease. Default 500ms, the
 	// pause-testing guide's ("Testing Distributed Locks Under Pauses").
+	//
+	// The defaults here (Lease, Clients, Duration, Work, Chaos) are
+	// NewConfig's, for a Config you build yourself. A Config from
+	// suite/local (Env.Config, Env.ConfigFor) carries its service's own
+	// instead, shorter where the server allows (redis: lease 200ms, chaos
+	// pauses of 500ms): local.Defaults gives them, README's "A lock on a
+	// service the suite runs" lists them, and Test prints the sizes each
+	// Config runs with (Sizes) before the specs.
 	Lease time.Duration
 	// Fenced says whether the store checks fencing tokens. Default false.
 	Fenced bool
@@ -177,6 +185,17 @@ type Chaos struct {
 	// longer than Pause. Default 2.5 × Pause (the pause-testing guide: 2 s against 0.8 s).
 	LongLease time.Duration
 	_         struct{}
+}
+
+// Sizes says what c runs with, in one line: its lease, the baseline's and
+// the chaos scenarios' sizes.
+func (c Config) Sizes() string {
+	long := c.Chaos.LongLease
+	if long == 0 {
+		long = c.Chaos.Pause * 5 / 2
+	}
+	return fmt.Sprintf("lease %v; baseline and control: %d clients for %v, work %v; chaos: %d workers for %v, %d pauses of %v every %v, every %dth section stalls, long lease %v",
+		c.Lease, c.Clients, c.Duration, c.Work, c.Chaos.Workers, c.Chaos.Duration, c.Chaos.Pauses, c.Chaos.Pause, c.Chaos.Interval, c.Chaos.StallEvery, long)
 }
 
 // NewConfig returns a Config with the documented defaults.

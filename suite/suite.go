@@ -59,9 +59,12 @@ func Test(t GinkgoTestingT, cfgs ...Config) bool {
 		}
 		if !isWorker && cfgs[i].Fenced {
 			if reason := cannotFence(cfgs[i]); reason != "" {
-				logf("locksuite: %s lock, fenced: not registered: %s", cfgs[i].Name, reason)
+				logf("locksuite: %s: not registered: %s", describe(&cfgs[i]), reason)
 				continue
 			}
+		}
+		if !isWorker {
+			logf("locksuite: %s: %s", describe(&cfgs[i]), cfgs[i].Sizes())
 		}
 		GinkgoTest(&cfgs[i])
 	}
@@ -130,11 +133,7 @@ func GinkgoTest(cfg *Config) {
 		return // a worker for another Config: register nothing
 	}
 	runID := newRunID()
-	fenced := "unfenced"
-	if cfg.Fenced {
-		fenced = "fenced"
-	}
-	Describe(fmt.Sprintf("%s lock, %s", cfg.Name, fenced), Label(cfg.Name, fenced), func() {
+	Describe(describe(cfg), Label(cfg.Name, fencedLabel(cfg)), func() {
 		var c Config
 		BeforeEach(func() {
 			c = *cfg
@@ -174,6 +173,16 @@ func GinkgoTest(cfg *Config) {
 			}, SpecTimeout(specTimeout))
 		}
 	})
+}
+
+// describe is the text of cfg's container: "redis lock, fenced".
+func describe(cfg *Config) string { return fmt.Sprintf("%s lock, %s", cfg.Name, fencedLabel(cfg)) }
+
+func fencedLabel(cfg *Config) string {
+	if cfg.Fenced {
+		return "fenced"
+	}
+	return "unfenced"
 }
 
 // assertVerdict asserts what want says of row's verdict.

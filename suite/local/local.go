@@ -340,7 +340,8 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 // named name, on service: a service of this package ("redis", "postgres",
 // "consul", "etcd", "redis-3" or a cluster, or a backend's name for the
 // service it runs on), which Start must have made Available. The Config
-// carries the service's default lease and chaos sizes, the counter store,
+// carries the service's default lease and chaos sizes (Defaults(service),
+// not suite.NewConfig's), the counter store,
 // the worker environment and (for a server Start started) Servers; its
 // NewLocker is newLocker, which reaches the server at Endpoint(service)
 // through suite.Client.Dial. The error names a service that is unknown or
@@ -359,9 +360,32 @@ func (e *Env) ConfigFor(name, service string, fenced bool, newLocker func(ctx co
 	return e.config(name, s, fenced, newLocker), nil
 }
 
-func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
+// Defaults returns the sizes that Config and ConfigFor give a Config of
+// backend or service n: suite.NewConfig's, with the service's own lease
+// and chaos sizes (shorter than NewConfig's where the server allows), and
+// the backend's own adjustments. Only Name and the sizes are set.
+func Defaults(n string) (suite.Config, error) {
+	s, ok := serviceOf(n)
+	if !ok {
+		return suite.Config{}, unknown(n)
+	}
+	cfg := sized(n, s)
+	if b, ok := lookup(n); ok && b.tune != nil {
+		b.tune(&cfg)
+	}
+	return cfg, nil
+}
+
+// sized is suite.NewConfig with service s's lease and chaos sizes.
+func sized(name string, s *service) suite.Config {
 	cfg := suite.NewConfig()
-	cfg.Name, cfg.Fenced, cfg.Lease, cfg.Chaos = name, fenced, s.lease, s.chaos()
+	cfg.Name, cfg.Lease, cfg.Chaos = name, s.lease, s.chaos()
+	return cfg
+}
+
+func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
+	cfg := sized(name, s)
+	cfg.Fenced = fenced
 	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv = newLocker, e.newStore, e.Environ()
 	if ss, ok := e.started[s.name]; ok {
 		cfg.Servers = ss
