@@ -41,6 +41,12 @@ type Config struct {
 	// Name is the backend's short name, used in spec text, labels and
 	// results ("redis"). Required.
 	Name string
+	// Service is the kind of lock service the lock runs on ("redis",
+	// "postgres", "etcd", ...), a label of every spec besides Name, so that
+	// a label filter by service ("redis && fenced") keeps selecting a
+	// Config whatever its Name. suite/local's Env.Config and Env.ConfigFor
+	// set it. Default empty: the specs are labelled by Name alone.
+	Service string
 	// NewLocker makes one client's Locker. The suite calls it once per
 	// simulated process and closes every Locker it made. Required.
 	NewLocker func(ctx context.Context, c Client) (backends.Locker, error)

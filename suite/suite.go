@@ -16,9 +16,10 @@
 // what it asserts: "keeps …" or "does not …" (the invariant must hold),
 // "loses …" (it must break: the control, and ExpectLoss), or "measures …"
 // (the verdict is reported, not asserted). The scenarios are one table
-// (Scenarios); each run is built by harness/run. Labels: the backend's
-// Name, "fenced" or "unfenced", the scenario's name, and its family
-// ("chaos", "fault", "cluster").
+// (Scenarios); each run is built by harness/run. Labels: the Config's Name
+// and its Service (the kind of lock service, "redis": a renamed Config
+// keeps it), "fenced" or "unfenced", the scenario's name, and its family
+// ("chaos", "fault", "cluster", "nodes").
 package suite
 
 import (
@@ -133,7 +134,11 @@ func GinkgoTest(cfg *Config) {
 		return // a worker for another Config: register nothing
 	}
 	runID := newRunID()
-	Describe(describe(cfg), Label(cfg.Name, fencedLabel(cfg)), func() {
+	labels := []string{cfg.Name, fencedLabel(cfg)}
+	if cfg.Service != "" && cfg.Service != cfg.Name {
+		labels = append(labels, cfg.Service)
+	}
+	Describe(describe(cfg), Label(labels...), func() {
 		var c Config
 		BeforeEach(func() {
 			c = *cfg

@@ -379,7 +379,7 @@ func Defaults(n string) (suite.Config, error) {
 // sized is suite.NewConfig with service s's lease and chaos sizes.
 func sized(name string, s *service) suite.Config {
 	cfg := suite.NewConfig()
-	cfg.Name, cfg.Lease, cfg.Chaos = name, s.lease, s.chaos()
+	cfg.Name, cfg.Service, cfg.Lease, cfg.Chaos = name, s.name, s.lease, s.chaos()
 	return cfg
 }
 
