@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -249,4 +250,43 @@ func readRows(t *testing.T, path string) []report.Row {
 		t.Fatalf("%s has no locksuite rows", path)
 	}
 	return rows
+}
+
+// TestKitRowFields: the row's fields that ci/README.md lists, and those
+// README.md lists for --json, are report.Row's JSON fields, all of them.
+func TestKitRowFields(t *testing.T) {
+	var want []string
+	rt := reflect.TypeFor[report.Row]()
+	for i := range rt.NumField() {
+		if name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			want = append(want, name)
+		}
+	}
+	slices.Sort(want)
+	for _, c := range []struct{ file, from, to string }{
+		{"README.md", "Its fields (`report.Row`", "(`TestKitRowFields`"},
+		{"../README.md", "writes the rows as a JSON array of objects with the fields", "`--markdown` writes"},
+	} {
+		b, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		i := strings.Index(s, c.from)
+		j := strings.Index(s[max(i, 0):], c.to)
+		if i < 0 || j < 0 {
+			t.Errorf("%s: no list of the row's fields between %q and %q", c.file, c.from, c.to)
+			continue
+		}
+		var got []string
+		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(s[i:i+j], -1) {
+			if !slices.Contains(got, m[1]) && !slices.Contains([]string{"kept", "broken", "measured", "ok", "illegal", "unknown"}, m[1]) {
+				got = append(got, m[1])
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s lists the row's fields %v; report.Row has %v", c.file, got, want)
+		}
+	}
 }
