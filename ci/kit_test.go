@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -124,9 +125,11 @@ func TestKitWorkflow(t *testing.T) {
 // TestKitExample follows the kit's instructions in a new directory outside
 // the repository: it copies ci/example there, points its replace at this
 // repository (README step 2), runs its go test without the chaos scenarios,
-// and checks the verdicts in Ginkgo's JSON report. The time it takes
-// (building the example's test binary, then running it) is logged, not
-// asserted.
+// and checks the verdicts in Ginkgo's JSON report and the output (the
+// sizes, fenced mode not registered, the matrix). Then it runs the example
+// again, unchanged, against a Redis that requires a user and password,
+// named by REDIS_URL. The time each takes (building the example's test
+// binary, then running it) is logged, not asserted.
 func TestKitExample(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -152,64 +155,81 @@ func TestKitExample(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LOCKSUITE_WORKER") && !strings.HasPrefix(kv, "GOFLAGS=") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "GOWORK=off")
+	env := append(cleanEnv(), "GOWORK=off")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	goCmd := func(args ...string) string {
+	goCmd := func(extra []string, args ...string) string {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir, cmd.Env = dir, env
+		cmd.Dir, cmd.Env = dir, append(env, extra...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
 		}
 		return string(out)
 	}
-	goCmd("mod", "edit", "-replace", "github.com/locksuite/locksuite="+root)
-	jsonReport := filepath.Join(dir, "report.json")
-	t0 := time.Now()
-	out := goCmd("test", "-v", "-count=1", "-run", "TestLocksuite", ".", "-args", "-ginkgo.label-filter=!chaos", "-ginkgo.json-report="+jsonReport)
-	t.Logf("kit example: go test in a new directory took %v (build and run; without the chaos scenarios)", time.Since(t0).Round(time.Millisecond))
-
-	rows := readRows(t, jsonReport)
-	got := map[string]report.Verdict{}
-	for _, r := range rows {
-		if r.Backend != "mylock" {
-			t.Errorf("row of backend %q, want mylock", r.Backend)
+	goCmd(nil, "mod", "edit", "-replace", "github.com/locksuite/locksuite="+root)
+	run := func(extra []string, filter string, want map[string]report.Verdict) string {
+		t.Helper()
+		jsonReport := filepath.Join(t.TempDir(), "report.json")
+		t0 := time.Now()
+		out := goCmd(extra, "test", "-v", "-count=1", "-run", "TestLocksuite", ".", "-args", "-ginkgo.label-filter="+filter, "-ginkgo.json-report="+jsonReport)
+		t.Logf("kit example: go test in a new directory took %v (build and run; label filter %s)", time.Since(t0).Round(time.Millisecond), filter)
+		got := map[string]report.Verdict{}
+		for _, r := range readRows(t, jsonReport) {
+			if r.Backend != "mylock" {
+				t.Errorf("row of backend %q, want mylock", r.Backend)
+			}
+			mode := "unfenced"
+			if r.Fencing {
+				mode = "fenced"
+			}
+			got[mode+" "+r.Scenario] = r.Verdict
+			t.Logf("%s %s: %s %s", mode, r.Scenario, r.Verdict, r.Reason)
 		}
-		mode := "unfenced"
-		if r.Fencing {
-			mode = "fenced"
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("%s: verdict %q, want %q", k, got[k], w)
+			}
 		}
-		got[mode+" "+r.Scenario] = r.Verdict
-		t.Logf("%s %s: %s %s", mode, r.Scenario, r.Verdict, r.Reason)
+		// redsync has no token: suite.Test registers no fenced spec, and
+		// says why in one line.
+		for k := range got {
+			if strings.HasPrefix(k, "fenced ") {
+				t.Errorf("%s: a fenced spec ran for a lock without a fencing token", k)
+			}
+		}
+		for _, w := range []string{
+			"locksuite: mylock lock, fenced: not registered: " + suite.NoFence,
+			"locksuite: mylock lock, unfenced: lease 200ms; ",
+		} {
+			if strings.Count(out, w) != 1 {
+				t.Errorf("the output does not say once %q:\n%s", w, out)
+			}
+		}
+		return out
 	}
-	for k, want := range map[string]report.Verdict{
+	run(nil, "!chaos", map[string]report.Verdict{
 		"unfenced baseline":             report.Kept,
 		"unfenced control":              report.Broken,
 		"unfenced deterministic-pause":  report.Broken,
 		"unfenced release-after-expiry": report.Kept,
 		"unfenced contract":             report.Kept, // Acquire after Close: ErrClosed
-	} {
-		if got[k] != want {
-			t.Errorf("%s: verdict %q, want %q", k, got[k], want)
-		}
+	})
+
+	// The same example, against a Redis with an ACL user and password.
+	rs, err := servers.StartRedis(ctx, servers.WithAuth())
+	if err != nil {
+		t.Skipf("no redis-server for the run with a password: %v", err)
 	}
-	// redsync has no token: suite.Test registers no fenced spec, and says
-	// why in one line.
-	for k := range got {
-		if strings.HasPrefix(k, "fenced ") {
-			t.Errorf("%s: a fenced spec ran for a lock without a fencing token", k)
-		}
-	}
-	if want := "locksuite: mylock lock, fenced: not registered: " + suite.NoFence; strings.Count(out, want) != 1 {
-		t.Errorf("the output does not say once %q:\n%s", want, out)
+	defer rs.Stop()
+	out := run([]string{"REDIS_URL=" + rs.URL()}, "baseline || deterministic-pause || contract", map[string]report.Verdict{
+		"unfenced baseline":            report.Kept,
+		"unfenced deterministic-pause": report.Broken,
+		"unfenced contract":            report.Kept,
+	})
+	if p := rs.Secrets().Password; p == "" || strings.Contains(out, p) {
+		t.Errorf("the Redis password is empty, or in the output")
 	}
 }
 

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/internal/tlsdial"
 )
 
 // Client is what NewLocker is told about the client it makes.
@@ -32,7 +34,49 @@ type Client struct {
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Lease is Config.Lease: the lease or TTL to ask the lock service for.
 	Lease time.Duration
-	_     struct{}
+	// Endpoint is Config.Endpoint: where the lock service is, with the
+	// credentials and TLS settings to reach it. Empty unless the Config
+	// sets it (suite/local's does).
+	Endpoint Endpoint
+	_        struct{}
+}
+
+// DialTLS returns Dial with a TLS client handshake on top when conf is not
+// nil (its ServerName defaulting to the address's host), for a client
+// library whose dialer hook replaces its own TLS dial (go-redis's
+// Options.Dialer: set it to c.DialTLS(c.Endpoint.TLS)). With a nil conf it
+// returns Dial.
+func (c Client) DialTLS(conf *tls.Config) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return tlsdial.Wrap(c.Dial, conf)
+}
+
+// Endpoint is how a Locker reaches the lock service the way the harness
+// does: its address, and the credentials and TLS settings of the
+// ecosystem's variables (REDIS_URL, DATABASE_URL and libpq's PG*,
+// CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN, ETCDCTL_*, ...) for a server the
+// user named, or the address of the server the harness started.
+// suite/local's Env.Config and Env.ConfigFor set Config.Endpoint; the suite
+// hands it to NewLocker as Client.Endpoint. It carries secrets: print none
+// of it.
+type Endpoint struct {
+	// URL is the address as the service's variable gives it, credentials
+	// included: a redis:// or rediss:// URL (Redis; redis://host:port/0 for
+	// the harness's server), a DSN (Postgres; empty when libpq's PG*
+	// variables name the server: pgx reads them itself), Consul's agent
+	// address, etcd's comma-separated endpoints, a NATS URL, a MySQL DSN.
+	URL string
+	// Addrs are the servers' host:port, the first server first.
+	Addrs []string
+	// Username and Password, from the variables (etcd's ETCDCTL_USER) or
+	// the URL's user (Redis, NATS, Postgres URLs); empty without.
+	Username, Password string
+	// Token is Consul's ACL token (CONSUL_HTTP_TOKEN); empty without.
+	Token string
+	// TLS is the TLS configuration to connect with (rediss://, https://,
+	// a CA from LOCKSUITE_REDIS_CACERT, CONSUL_CACERT, ETCDCTL_CACERT);
+	// nil for plain connections. Clone it before changing it.
+	TLS *tls.Config
+	_   struct{}
 }
 
 // Config says what to test. Make one with NewConfig, then set at least Name,
@@ -66,6 +110,12 @@ type Config struct {
 	// service the suite runs" lists them, and Test prints the sizes each
 	// Config runs with (Sizes) before the specs.
 	Lease time.Duration
+	// Endpoint, if set, is passed to NewLocker as Client.Endpoint: where
+	// the lock service is, with its credentials and TLS settings.
+	// suite/local's Env.Config and Env.ConfigFor set it from the
+	// ecosystem's variables, or to the server the harness started. Default
+	// empty.
+	Endpoint Endpoint
 	// Fenced says whether the store checks fencing tokens. Default false.
 	Fenced bool
 	// ExpectLoss, unfenced, pins down that this lock without fencing is

@@ -547,7 +547,7 @@ func setup(cfg *Config, runID, scenario string) run.Setup {
 		Backend: cfg.Name, Scenario: scenario, Fenced: cfg.Fenced, Key: key,
 		Lease: cfg.Lease, Work: cfg.Work, StallTimeout: cfg.StallTimeout,
 		NewLocker: func(ctx context.Context, id int, dial run.Dialer, lease time.Duration) (backends.Locker, error) {
-			return cfg.NewLocker(ctx, Client{ID: id, Key: key, Dial: dial, Lease: lease})
+			return cfg.NewLocker(ctx, Client{ID: id, Key: key, Dial: dial, Lease: lease, Endpoint: cfg.Endpoint})
 		},
 		NewStore: cfg.NewStore, Service: cfg.Servers, Nodes: cfg.Nodes, Artifacts: cfg.Artifacts, Progress: cfg.Progress,
 		Explain: func(err error) error { return explain(*cfg, scenario, err) },

@@ -93,7 +93,7 @@ func cannotFence(cfg Config) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	key := fmt.Sprintf("%s/%s/%s/fence-probe", cfg.Prefix, newRunID(), cfg.Name)
-	l, err := cfg.NewLocker(ctx, Client{ID: 0, Key: key, Dial: directDial, Lease: cfg.Lease})
+	l, err := cfg.NewLocker(ctx, Client{ID: 0, Key: key, Dial: directDial, Lease: cfg.Lease, Endpoint: cfg.Endpoint})
 	if err != nil || l == nil {
 		return ""
 	}

@@ -6,7 +6,6 @@ package mylock
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -15,9 +14,11 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/suite"
 )
 
-// locker is one client of the lock named key on the Redis server at addr.
+// locker is one client of the lock named c.Key on the Redis server of
+// c.Endpoint.
 type locker struct {
 	client *goredis.Client
 	rs     *redsync.Redsync
@@ -26,11 +27,21 @@ type locker struct {
 	closed atomic.Bool
 }
 
-// Every connection is made by dial (the suite's suite.Client.Dial), so
-// that the suite can stall or cut this client's network.
-func newLocker(addr string, dial func(ctx context.Context, network, addr string) (net.Conn, error), key string, lease time.Duration) *locker {
-	c := goredis.NewClient(&goredis.Options{Addr: addr, Dialer: dial})
-	return &locker{client: c, rs: redsync.New(redsyncgoredis.NewPool(c)), key: key, lease: lease}
+// newLocker connects to the server the suite names in c.Endpoint: its URL
+// (REDIS_URL's, user and password included, or the harness's server) and
+// its TLS settings (rediss://, LOCKSUITE_REDIS_CACERT). Every connection
+// is made by c.Dial, so that the suite can stall or cut this client's
+// network; c.DialTLS layers TLS on it, as go-redis's Dialer replaces its
+// own TLS dial.
+func newLocker(c suite.Client) (*locker, error) {
+	o, err := goredis.ParseURL(c.Endpoint.URL)
+	if err != nil {
+		return nil, err
+	}
+	o.TLSConfig = c.Endpoint.TLS
+	o.Dialer = c.DialTLS(o.TLSConfig)
+	client := goredis.NewClient(o)
+	return &locker{client: client, rs: redsync.New(redsyncgoredis.NewPool(client)), key: c.Key, lease: c.Lease}, nil
 }
 
 // Acquire blocks until the lock is held or ctx is done; on a closed locker

@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -385,12 +386,39 @@ func sized(name string, s *service) suite.Config {
 
 func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
 	cfg := sized(name, s)
-	cfg.Fenced = fenced
+	cfg.Fenced, cfg.Endpoint = fenced, e.endpointOf(s)
 	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv = newLocker, e.newStore, e.Environ()
 	if ss, ok := e.started[s.name]; ok {
 		cfg.Servers = ss
 	}
 	return cfg
+}
+
+// endpointOf is how to reach service s as the harness does (suite.Endpoint):
+// the user's variables, credentials and TLS settings included, or the
+// address of the server Start started, as its variable would name it.
+func (e *Env) endpointOf(s *service) suite.Endpoint {
+	c := e.conn(s.name)
+	ep := suite.Endpoint{URL: strings.TrimSpace(c.endpoint), Username: c.user, Password: c.password, Token: c.token, TLS: c.tls}
+	if e.conns[s.name] == nil && ep.URL != "" && s.environ != nil {
+		_, ep.URL, _ = strings.Cut(s.environ(ep.URL), "=") // redis://host:port/0
+	}
+	for _, a := range c.addrs() {
+		if s.hostPortOf != nil {
+			a = s.hostPortOf(a)
+		}
+		if a != "" {
+			ep.Addrs = append(ep.Addrs, a)
+		}
+	}
+	if len(ep.Addrs) == 0 && c.endpoint != "" && s.hostPortOf != nil {
+		ep.Addrs = []string{s.hostPortOf(c.endpoint)} // libpq's PG* variables
+	}
+	if u, err := url.Parse(ep.URL); err == nil && u.User != nil && ep.Username == "" && ep.Password == "" {
+		ep.Username = u.User.Username()
+		ep.Password, _ = u.User.Password()
+	}
+	return ep
 }
 
 func (e *Env) newStore(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
