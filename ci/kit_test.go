@@ -4,6 +4,7 @@
 package ci
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -29,10 +30,11 @@ type workflow struct {
 		RunsOn string            `yaml:"runs-on"`
 		Env    map[string]string `yaml:"env"`
 		Steps  []struct {
-			Name string         `yaml:"name"`
-			Uses string         `yaml:"uses"`
-			Run  string         `yaml:"run"`
-			With map[string]any `yaml:"with"`
+			Name string            `yaml:"name"`
+			Uses string            `yaml:"uses"`
+			Run  string            `yaml:"run"`
+			With map[string]any    `yaml:"with"`
+			Env  map[string]string `yaml:"env"`
 		} `yaml:"steps"`
 	} `yaml:"jobs"`
 }
@@ -110,8 +112,20 @@ func TestKitWorkflow(t *testing.T) {
 		t.Errorf("Point the module at locksuite runs %q: it must replace the module with ./%s", run, path)
 	}
 	_, run, _ = get("Run locksuite")
-	if !strings.Contains(run, "go test") || !strings.Contains(run, "$LOCKSUITE_RUN") {
-		t.Errorf("Run locksuite runs %q: want go test -run \"$LOCKSUITE_RUN\"", run)
+	if !strings.Contains(run, "go test -v") || !strings.Contains(run, "$LOCKSUITE_RUN") {
+		t.Errorf("Run locksuite runs %q: want go test -v -run \"$LOCKSUITE_RUN\" (-v: the matrix in the log)", run)
+	}
+	// The rows and the matrix: written by suite.Test into the report
+	// directory, put in the job's summary, uploaded.
+	dir := job.Steps[step["Run locksuite"]].Env[suite.ReportDirEnv]
+	if dir != "${{ runner.temp }}/locksuite" {
+		t.Errorf("Run locksuite sets %s=%q, want ${{ runner.temp }}/locksuite", suite.ReportDirEnv, dir)
+	}
+	if _, run, _ = get("Show the matrix"); !strings.Contains(run, `"$RUNNER_TEMP"/locksuite/*.md`) || !strings.Contains(run, ">> \"$GITHUB_STEP_SUMMARY\"") {
+		t.Errorf("Show the matrix runs %q: want the report directory's Markdown appended to $GITHUB_STEP_SUMMARY", run)
+	}
+	if _, _, with = get("Keep the report"); with["path"] != dir+"/" {
+		t.Errorf("Keep the report uploads %v, want the report directory %s/", with["path"], dir)
 	}
 	src, err := os.ReadFile("example/locksuite_test.go")
 	if err != nil {
@@ -169,6 +183,7 @@ func TestKitExample(t *testing.T) {
 		return string(out)
 	}
 	goCmd(nil, "mod", "edit", "-replace", "github.com/locksuite/locksuite="+root)
+	reports := t.TempDir()
 	run := func(extra []string, filter string, want map[string]report.Verdict) string {
 		t.Helper()
 		jsonReport := filepath.Join(t.TempDir(), "report.json")
@@ -209,13 +224,30 @@ func TestKitExample(t *testing.T) {
 		}
 		return out
 	}
-	run(nil, "!chaos", map[string]report.Verdict{
+	out := run([]string{suite.ReportDirEnv + "=" + reports}, "!chaos", map[string]report.Verdict{
 		"unfenced baseline":             report.Kept,
 		"unfenced control":              report.Broken,
 		"unfenced deterministic-pause":  report.Broken,
 		"unfenced release-after-expiry": report.Kept,
 		"unfenced contract":             report.Kept, // Acquire after Close: ErrClosed
 	})
+	// The matrix at the end of the output, and in the report directory.
+	if i := strings.LastIndex(out, "BACKEND  FENCING  baseline"); i < 0 || !strings.Contains(out[i:], "\nmylock   off      kept") {
+		t.Errorf("the output does not end with the matrix:\n%s", out)
+	} else {
+		t.Logf("the matrix:\n%s", out[i:])
+	}
+	b, err := os.ReadFile(filepath.Join(reports, "locksuite-TestLocksuite.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := report.DecodeRows(bytes.NewReader(b))
+	if err != nil || len(rows) < 5 {
+		t.Errorf("%s's rows: %d, %v", suite.ReportDirEnv, len(rows), err)
+	}
+	if md, err := os.ReadFile(filepath.Join(reports, "locksuite-TestLocksuite.md")); err != nil || !strings.Contains(string(md), "| mylock | off |") {
+		t.Errorf("%s's Markdown matrix: %v\n%s", suite.ReportDirEnv, err, md)
+	}
 
 	// The same example, against a Redis with an ACL user and password.
 	rs, err := servers.StartRedis(ctx, servers.WithAuth())
@@ -223,7 +255,7 @@ func TestKitExample(t *testing.T) {
 		t.Skipf("no redis-server for the run with a password: %v", err)
 	}
 	defer rs.Stop()
-	out := run([]string{"REDIS_URL=" + rs.URL()}, "baseline || deterministic-pause || contract", map[string]report.Verdict{
+	out = run([]string{"REDIS_URL=" + rs.URL()}, "baseline || deterministic-pause || contract", map[string]report.Verdict{
 		"unfenced baseline":            report.Kept,
 		"unfenced deterministic-pause": report.Broken,
 		"unfenced contract":            report.Kept,

@@ -23,9 +23,13 @@
 package suite
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -48,19 +52,42 @@ import (
 // fenced spec would skip), and Test says so in one line of its output
 // instead. A Config that cannot be probed (its server is down, its Config
 // is invalid) is registered as it is: its specs then say what is wrong.
+//
+// Before the specs, Test prints the sizes each Config runs with
+// (Config.Sizes); after them, the matrix of the results: a line per Config
+// (backend and fencing), a column per scenario, each cell kept, BROKEN n
+// lost, unknown or – (skipped), the reasons as numbered notes. With
+// LOCKSUITE_REPORT_DIR set (ReportDirEnv), it also writes the rows as JSON
+// and the matrix as Markdown there.
 func Test(t GinkgoTestingT, cfgs ...Config) bool {
 	name := ""
 	if n, ok := t.(interface{ Name() string }); ok {
 		name = n.Name()
 	}
 	_, isWorker, _ := worker.FromEnv()
+	var (
+		mu          sync.Mutex
+		rows        []report.Row
+		unregistered []string
+	)
 	for i := range cfgs {
+		if next := cfgs[i].Report; !isWorker {
+			cfgs[i].Report = func(r report.Row) {
+				mu.Lock()
+				rows = append(rows, r)
+				mu.Unlock()
+				if next != nil {
+					next(r)
+				}
+			}
+		}
 		if cfgs[i].workerArgv == nil {
 			cfgs[i].workerArgv = workerArgv(name)
 		}
 		if !isWorker && cfgs[i].Fenced {
 			if reason := cannotFence(cfgs[i]); reason != "" {
 				logf("locksuite: %s: not registered: %s", describe(&cfgs[i]), reason)
+				unregistered = append(unregistered, describe(&cfgs[i])+": not registered: "+reason)
 				continue
 			}
 		}
@@ -75,7 +102,68 @@ func Test(t GinkgoTestingT, cfgs ...Config) bool {
 		os.Exit(3)
 	}
 	RegisterFailHandler(Fail)
-	return RunSpecs(t, "locksuite")
+	ok := RunSpecs(t, "locksuite")
+	mu.Lock()
+	defer mu.Unlock()
+	report.Sort(rows)
+	writeMatrix(rows, unregistered)
+	if dir := os.Getenv(ReportDirEnv); dir != "" {
+		if err := writeReports(dir, name, rows, unregistered); err != nil {
+			fmt.Fprintf(os.Stderr, "locksuite: %s: %v\n", ReportDirEnv, err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// ReportDirEnv names a directory (created if missing) where Test writes its
+// results when the specs have run: locksuite-TEST.json, the rows as a JSON
+// array (as locksuite run --json writes them, for locksuite diff), and
+// locksuite-TEST.md, the matrix as Markdown (for a CI job's summary); TEST
+// is the test's name.
+const ReportDirEnv = "LOCKSUITE_REPORT_DIR"
+
+// writeMatrix prints the matrix of rows (a line per Config, a column per
+// scenario) on standard output, after Ginkgo's report, and the Configs not
+// registered.
+func writeMatrix(rows []report.Row, unregistered []string) {
+	if len(rows) == 0 && len(unregistered) == 0 {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nlocksuite: %d runs\n", len(rows))
+	if len(rows) > 0 {
+		_ = report.WriteMatrix(&b, rows)
+	}
+	for _, u := range unregistered {
+		fmt.Fprintf(&b, "%s\n", u)
+	}
+	fmt.Fprint(os.Stdout, b.String())
+}
+
+// writeReports writes rows into dir (ReportDirEnv).
+func writeReports(dir, test string, rows []report.Row, unregistered []string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	base := "locksuite"
+	if test != "" {
+		base += "-" + strings.NewReplacer("/", "_", " ", "_").Replace(test)
+	}
+	if err := report.WriteJSON(filepath.Join(dir, base+".json"), rows); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### locksuite: %s\n\n", cmp.Or(test, "suite.Test"))
+	if len(rows) > 0 {
+		if err := report.WriteMatrixMarkdown(&b, rows); err != nil {
+			return err
+		}
+	}
+	for _, u := range unregistered {
+		fmt.Fprintf(&b, "\n- %s\n", u)
+	}
+	return os.WriteFile(filepath.Join(dir, base+".md"), []byte(b.String()), 0o644)
 }
 
 // NoFence says why a fenced Config whose lock gives no token is not
