@@ -66,8 +66,8 @@ func Test(t GinkgoTestingT, cfgs ...Config) bool {
 	}
 	_, isWorker, _ := worker.FromEnv()
 	var (
-		mu          sync.Mutex
-		rows        []report.Row
+		mu           sync.Mutex
+		rows         []report.Row
 		unregistered []string
 	)
 	for i := range cfgs {
