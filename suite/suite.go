@@ -174,10 +174,15 @@ const NoFence = "the lock gives no fencing token (Lease.Fence() is 0), so a fenc
 // NoFence if the grant's Fence() is 0; "" if it has a token, or if the probe
 // could not tell (an invalid Config, an Acquire that failed: the specs
 // report those).
-func cannotFence(cfg Config) string {
+func cannotFence(cfg Config) (reason string) {
 	if cfg.Validate() != nil {
 		return ""
 	}
+	defer func() {
+		if recover() != nil { // a panicking Locker: its specs say so
+			reason = ""
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	key := fmt.Sprintf("%s/%s/%s/fence-probe", cfg.Prefix, newRunID(), cfg.Name)
