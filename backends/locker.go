@@ -29,8 +29,10 @@ import (
 //
 // Close frees the Locker's connections and background work (renewal stops).
 // A lease still held is released where that is cheap, otherwise left to
-// expire. It is safe to call Close more than once; Acquire after Close
-// returns ErrClosed.
+// expire. It is safe to call Close more than once (a second Close returns
+// nil); Acquire after Close returns an error wrapping ErrClosed, at once. The
+// suite's contract spec checks these promises, Acquire's context and
+// Release's (below).
 type Locker interface {
 	Acquire(ctx context.Context) (Lease, error)
 	Close() error
@@ -40,8 +42,9 @@ type Locker interface {
 //
 // Fence returns the grant's fencing token. Tokens strictly increase with every
 // grant of the same lock to any client: if grant g2 began after grant g1, then
-// g2.Fence() > g1.Fence(). A backend that gives no token returns 0, and the
-// suite's fenced specs are skipped for it. The token is fixed at grant time; it
+// g2.Fence() > g1.Fence(). A backend that gives no token returns 0: suite.Test
+// then registers no fenced spec for it, and says why (elsewhere, its fenced
+// runs are skipped with that reason). The token is fixed at grant time; it
 // does not change when the lease is renewed.
 //
 // Release gives the lock up if, and only if, it is still held by this lease.

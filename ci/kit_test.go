@@ -4,11 +4,13 @@
 package ci
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,6 +20,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/suite"
 )
 
 type workflow struct {
@@ -26,10 +30,11 @@ type workflow struct {
 		RunsOn string            `yaml:"runs-on"`
 		Env    map[string]string `yaml:"env"`
 		Steps  []struct {
-			Name string         `yaml:"name"`
-			Uses string         `yaml:"uses"`
-			Run  string         `yaml:"run"`
-			With map[string]any `yaml:"with"`
+			Name string            `yaml:"name"`
+			Uses string            `yaml:"uses"`
+			Run  string            `yaml:"run"`
+			With map[string]any    `yaml:"with"`
+			Env  map[string]string `yaml:"env"`
 		} `yaml:"steps"`
 	} `yaml:"jobs"`
 }
@@ -107,8 +112,20 @@ func TestKitWorkflow(t *testing.T) {
 		t.Errorf("Point the module at locksuite runs %q: it must replace the module with ./%s", run, path)
 	}
 	_, run, _ = get("Run locksuite")
-	if !strings.Contains(run, "go test") || !strings.Contains(run, "$LOCKSUITE_RUN") {
-		t.Errorf("Run locksuite runs %q: want go test -run \"$LOCKSUITE_RUN\"", run)
+	if !strings.Contains(run, "go test -v") || !strings.Contains(run, "$LOCKSUITE_RUN") {
+		t.Errorf("Run locksuite runs %q: want go test -v -run \"$LOCKSUITE_RUN\" (-v: the matrix in the log)", run)
+	}
+	// The rows and the matrix: written by suite.Test into the report
+	// directory, put in the job's summary, uploaded.
+	dir := job.Steps[step["Run locksuite"]].Env[suite.ReportDirEnv]
+	if dir != "${{ runner.temp }}/locksuite" {
+		t.Errorf("Run locksuite sets %s=%q, want ${{ runner.temp }}/locksuite", suite.ReportDirEnv, dir)
+	}
+	if _, run, _ = get("Show the matrix"); !strings.Contains(run, `"$RUNNER_TEMP"/locksuite/*.md`) || !strings.Contains(run, ">> \"$GITHUB_STEP_SUMMARY\"") {
+		t.Errorf("Show the matrix runs %q: want the report directory's Markdown appended to $GITHUB_STEP_SUMMARY", run)
+	}
+	if _, _, with = get("Keep the report"); with["path"] != dir+"/" {
+		t.Errorf("Keep the report uploads %v, want the report directory %s/", with["path"], dir)
 	}
 	src, err := os.ReadFile("example/locksuite_test.go")
 	if err != nil {
@@ -122,9 +139,11 @@ func TestKitWorkflow(t *testing.T) {
 // TestKitExample follows the kit's instructions in a new directory outside
 // the repository: it copies ci/example there, points its replace at this
 // repository (README step 2), runs its go test without the chaos scenarios,
-// and checks the verdicts in Ginkgo's JSON report. The time it takes
-// (building the example's test binary, then running it) is logged, not
-// asserted.
+// and checks the verdicts in Ginkgo's JSON report and the output (the
+// sizes, fenced mode not registered, the matrix). Then it runs the example
+// again, unchanged, against a Redis that requires a user and password,
+// named by REDIS_URL. The time each takes (building the example's test
+// binary, then running it) is logged, not asserted.
 func TestKitExample(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -150,52 +169,99 @@ func TestKitExample(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LOCKSUITE_WORKER") && !strings.HasPrefix(kv, "GOFLAGS=") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "GOWORK=off")
+	env := append(cleanEnv(), "GOWORK=off")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	goCmd := func(args ...string) {
+	goCmd := func(extra []string, args ...string) string {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Dir, cmd.Env = dir, env
-		if out, err := cmd.CombinedOutput(); err != nil {
+		cmd.Dir, cmd.Env = dir, append(env, extra...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
 			t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
 		}
+		return string(out)
 	}
-	goCmd("mod", "edit", "-replace", "github.com/locksuite/locksuite="+root)
-	jsonReport := filepath.Join(dir, "report.json")
-	t0 := time.Now()
-	goCmd("test", "-count=1", "-run", "TestLocksuite", ".", "-args", "-ginkgo.label-filter=!chaos", "-ginkgo.json-report="+jsonReport)
-	t.Logf("kit example: go test in a new directory took %v (build and run; without the chaos scenarios)", time.Since(t0).Round(time.Millisecond))
-
-	rows := readRows(t, jsonReport)
-	got := map[string]report.Verdict{}
-	for _, r := range rows {
-		if r.Backend != "mylock" {
-			t.Errorf("row of backend %q, want mylock", r.Backend)
+	goCmd(nil, "mod", "edit", "-replace", "github.com/locksuite/locksuite="+root)
+	reports := t.TempDir()
+	run := func(extra []string, filter string, want map[string]report.Verdict) string {
+		t.Helper()
+		jsonReport := filepath.Join(t.TempDir(), "report.json")
+		t0 := time.Now()
+		out := goCmd(extra, "test", "-v", "-count=1", "-run", "TestLocksuite", ".", "-args", "-ginkgo.label-filter="+filter, "-ginkgo.json-report="+jsonReport)
+		t.Logf("kit example: go test in a new directory took %v (build and run; label filter %s)", time.Since(t0).Round(time.Millisecond), filter)
+		got := map[string]report.Verdict{}
+		for _, r := range readRows(t, jsonReport) {
+			if r.Backend != "mylock" {
+				t.Errorf("row of backend %q, want mylock", r.Backend)
+			}
+			mode := "unfenced"
+			if r.Fencing {
+				mode = "fenced"
+			}
+			got[mode+" "+r.Scenario] = r.Verdict
+			t.Logf("%s %s: %s %s", mode, r.Scenario, r.Verdict, r.Reason)
 		}
-		mode := "unfenced"
-		if r.Fencing {
-			mode = "fenced"
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("%s: verdict %q, want %q", k, got[k], w)
+			}
 		}
-		got[mode+" "+r.Scenario] = r.Verdict
-		t.Logf("%s %s: %s %s", mode, r.Scenario, r.Verdict, r.Reason)
+		// redsync has no token: suite.Test registers no fenced spec, and
+		// says why in one line.
+		for k := range got {
+			if strings.HasPrefix(k, "fenced ") {
+				t.Errorf("%s: a fenced spec ran for a lock without a fencing token", k)
+			}
+		}
+		for _, w := range []string{
+			"locksuite: mylock lock, fenced: not registered: " + suite.NoFence,
+			"locksuite: mylock lock, unfenced: lease 200ms; ",
+		} {
+			if strings.Count(out, w) != 1 {
+				t.Errorf("the output does not say once %q:\n%s", w, out)
+			}
+		}
+		return out
 	}
-	for k, want := range map[string]report.Verdict{
+	out := run([]string{suite.ReportDirEnv + "=" + reports}, "!chaos", map[string]report.Verdict{
 		"unfenced baseline":             report.Kept,
 		"unfenced control":              report.Broken,
 		"unfenced deterministic-pause":  report.Broken,
 		"unfenced release-after-expiry": report.Kept,
-		"fenced deterministic-pause":    report.Skipped, // redsync has no token
-	} {
-		if got[k] != want {
-			t.Errorf("%s: verdict %q, want %q", k, got[k], want)
-		}
+		"unfenced contract":             report.Kept, // Acquire after Close: ErrClosed
+	})
+	// The matrix at the end of the output, and in the report directory.
+	if i := strings.LastIndex(out, "BACKEND  FENCING  baseline"); i < 0 || !strings.Contains(out[i:], "\nmylock   off      kept") {
+		t.Errorf("the output does not end with the matrix:\n%s", out)
+	} else {
+		t.Logf("the matrix:\n%s", out[i:])
+	}
+	b, err := os.ReadFile(filepath.Join(reports, "locksuite-TestLocksuite.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := report.DecodeRows(bytes.NewReader(b))
+	if err != nil || len(rows) < 5 {
+		t.Errorf("%s's rows: %d, %v", suite.ReportDirEnv, len(rows), err)
+	}
+	if md, err := os.ReadFile(filepath.Join(reports, "locksuite-TestLocksuite.md")); err != nil || !strings.Contains(string(md), "| mylock | off |") {
+		t.Errorf("%s's Markdown matrix: %v\n%s", suite.ReportDirEnv, err, md)
+	}
+
+	// The same example, against a Redis with an ACL user and password.
+	rs, err := servers.StartRedis(ctx, servers.WithAuth())
+	if err != nil {
+		t.Skipf("no redis-server for the run with a password: %v", err)
+	}
+	defer rs.Stop()
+	out = run([]string{"REDIS_URL=" + rs.URL()}, "baseline || deterministic-pause || contract", map[string]report.Verdict{
+		"unfenced baseline":            report.Kept,
+		"unfenced deterministic-pause": report.Broken,
+		"unfenced contract":            report.Kept,
+	})
+	if p := rs.Secrets().Password; p == "" || strings.Contains(out, p) {
+		t.Errorf("the Redis password is empty, or in the output")
 	}
 }
 
@@ -236,4 +302,43 @@ func readRows(t *testing.T, path string) []report.Row {
 		t.Fatalf("%s has no locksuite rows", path)
 	}
 	return rows
+}
+
+// TestKitRowFields: the row's fields that ci/README.md lists, and those
+// README.md lists for --json, are report.Row's JSON fields, all of them.
+func TestKitRowFields(t *testing.T) {
+	var want []string
+	rt := reflect.TypeFor[report.Row]()
+	for i := range rt.NumField() {
+		if name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			want = append(want, name)
+		}
+	}
+	slices.Sort(want)
+	for _, c := range []struct{ file, from, to string }{
+		{"README.md", "Its fields (`report.Row`", "(`TestKitRowFields`"},
+		{"../README.md", "writes the rows as a JSON array of objects with the fields", "`--markdown` writes"},
+	} {
+		b, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		i := strings.Index(s, c.from)
+		j := strings.Index(s[max(i, 0):], c.to)
+		if i < 0 || j < 0 {
+			t.Errorf("%s: no list of the row's fields between %q and %q", c.file, c.from, c.to)
+			continue
+		}
+		var got []string
+		for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(s[i:i+j], -1) {
+			if !slices.Contains(got, m[1]) && !slices.Contains([]string{"kept", "broken", "measured", "ok", "illegal", "unknown"}, m[1]) {
+				got = append(got, m[1])
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s lists the row's fields %v; report.Row has %v", c.file, got, want)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/internal/tlsdial"
 )
 
 // Client is what NewLocker is told about the client it makes.
@@ -32,7 +34,49 @@ type Client struct {
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Lease is Config.Lease: the lease or TTL to ask the lock service for.
 	Lease time.Duration
-	_     struct{}
+	// Endpoint is Config.Endpoint: where the lock service is, with the
+	// credentials and TLS settings to reach it. Empty unless the Config
+	// sets it (suite/local's does).
+	Endpoint Endpoint
+	_        struct{}
+}
+
+// DialTLS returns Dial with a TLS client handshake on top when conf is not
+// nil (its ServerName defaulting to the address's host), for a client
+// library whose dialer hook replaces its own TLS dial (go-redis's
+// Options.Dialer: set it to c.DialTLS(c.Endpoint.TLS)). With a nil conf it
+// returns Dial.
+func (c Client) DialTLS(conf *tls.Config) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return tlsdial.Wrap(c.Dial, conf)
+}
+
+// Endpoint is how a Locker reaches the lock service the way the harness
+// does: its address, and the credentials and TLS settings of the
+// ecosystem's variables (REDIS_URL, DATABASE_URL and libpq's PG*,
+// CONSUL_HTTP_ADDR and CONSUL_HTTP_TOKEN, ETCDCTL_*, ...) for a server the
+// user named, or the address of the server the harness started.
+// suite/local's Env.Config and Env.ConfigFor set Config.Endpoint; the suite
+// hands it to NewLocker as Client.Endpoint. It carries secrets: print none
+// of it.
+type Endpoint struct {
+	// URL is the address as the service's variable gives it, credentials
+	// included: a redis:// or rediss:// URL (Redis; redis://host:port/0 for
+	// the harness's server), a DSN (Postgres; empty when libpq's PG*
+	// variables name the server: pgx reads them itself), Consul's agent
+	// address, etcd's comma-separated endpoints, a NATS URL, a MySQL DSN.
+	URL string
+	// Addrs are the servers' host:port, the first server first.
+	Addrs []string
+	// Username and Password, from the variables (etcd's ETCDCTL_USER) or
+	// the URL's user (Redis, NATS, Postgres URLs); empty without.
+	Username, Password string
+	// Token is Consul's ACL token (CONSUL_HTTP_TOKEN); empty without.
+	Token string
+	// TLS is the TLS configuration to connect with (rediss://, https://,
+	// a CA from LOCKSUITE_REDIS_CACERT, CONSUL_CACERT, ETCDCTL_CACERT);
+	// nil for plain connections. Clone it before changing it.
+	TLS *tls.Config
+	_   struct{}
 }
 
 // Config says what to test. Make one with NewConfig, then set at least Name,
@@ -41,6 +85,12 @@ type Config struct {
 	// Name is the backend's short name, used in spec text, labels and
 	// results ("redis"). Required.
 	Name string
+	// Service is the kind of lock service the lock runs on ("redis",
+	// "postgres", "etcd", ...), a label of every spec besides Name, so that
+	// a label filter by service ("redis && fenced") keeps selecting a
+	// Config whatever its Name. suite/local's Env.Config and Env.ConfigFor
+	// set it. Default empty: the specs are labelled by Name alone.
+	Service string
 	// NewLocker makes one client's Locker. The suite calls it once per
 	// simulated process and closes every Locker it made. Required.
 	NewLocker func(ctx context.Context, c Client) (backends.Locker, error)
@@ -51,27 +101,53 @@ type Config struct {
 	NewStore func(ctx context.Context, name string, fenced bool) (fencing.Store, error)
 	// Lease is passed to NewLocker as Client.Lease. Default 500ms, the
 	// pause-testing guide's ("Testing Distributed Locks Under Pauses").
+	//
+	// The defaults here (Lease, Clients, Duration, Work, Chaos) are
+	// NewConfig's, for a Config you build yourself. A Config from
+	// suite/local (Env.Config, Env.ConfigFor) carries its service's own
+	// instead, shorter where the server allows (redis: lease 200ms, chaos
+	// pauses of 500ms): local.Defaults gives them, README's "A lock on a
+	// service the suite runs" lists them, and Test prints the sizes each
+	// Config runs with (Sizes) before the specs.
 	Lease time.Duration
+	// Endpoint, if set, is passed to NewLocker as Client.Endpoint: where
+	// the lock service is, with its credentials and TLS settings.
+	// suite/local's Env.Config and Env.ConfigFor set it from the
+	// ecosystem's variables, or to the server the harness started. Default
+	// empty.
+	Endpoint Endpoint
 	// Fenced says whether the store checks fencing tokens. Default false.
 	Fenced bool
-	// ExpectLoss, unfenced, makes the scenarios whose every fault lets a
-	// second holder in while the first runs on assert that an update IS
-	// lost ("loses …"), to document that this lock without fencing is
-	// unsafe: deterministic-pause, pause-targeted, stall-in-section,
-	// partition-cut, partition-blackhole, session-kill, and failover on a
-	// service that replicates asynchronously (Lagger). The scenarios whose
-	// outcome chance or the service's own timing decides are then measured
-	// ("measures …": the verdict is reported, and only an unknown one
-	// fails): pause-random (a random pause may miss the holder, or land
-	// outside its critical section), stall-goroutine (a lock that renews
-	// from another goroutine survives it), server-stall (whether a stopped
-	// server expires the lease when it runs again), clock-jump (whether
-	// expiry follows the wall clock), failover-load. The rest still assert
-	// the invariant: baseline, chaos-none, long-lease, release-after-expiry,
-	// and failover on a consensus-replicated service. The control always
-	// asserts a lost update. Default false, and ignored when Fenced: every
-	// scenario but the control asserts the invariant ("keeps …", "does not
-	// …"). Read when GinkgoTest registers the specs: it decides their text.
+	// ExpectLoss, unfenced, pins down that this lock without fencing is
+	// unsafe, with one rule: a scenario whose every run lets a second holder
+	// in while the first runs on asserts the loss; one whose outcome chance
+	// or the service's own timing decides only measures it.
+	//
+	// The scenarios that aim their fault at the holder then assert that an
+	// update IS lost ("loses …"): deterministic-pause, pause-targeted,
+	// stall-in-section, partition-cut, partition-blackhole, session-kill,
+	// and failover on a service that replicates asynchronously (Lagger).
+	//
+	// The scenarios whose outcome chance or timing decides are then
+	// measured ("measures …": the verdict is reported, and only an unknown
+	// one fails), since asserting a loss would fail runs in which the lock
+	// did nothing wrong: pause-random (a random pause may miss the holder,
+	// or land outside its critical section), stall-goroutine (a lock that
+	// renews from another goroutine survives it), server-stall (whether a
+	// stopped server expires the lease when it runs again), clock-jump
+	// (whether expiry follows the wall clock), split-brain and
+	// split-brain-min-replicas (whether a grant lands on the cut-off
+	// primary), and, on an asynchronous service, failover-load,
+	// isolate-leader and partition-random.
+	//
+	// The rest still assert the invariant ("keeps …", "does not …"):
+	// baseline, contract, release-after-expiry, chaos-none, long-lease, and
+	// failover, failover-load, isolate-leader and partition-random on a
+	// consensus-replicated service. The control always asserts a lost
+	// update. Default false, and ignored when Fenced: every scenario but the
+	// control then asserts the invariant. Read when GinkgoTest registers the
+	// specs: it decides their text. TestExpectLossDocumented checks that
+	// this list and README's are the code's.
 	ExpectLoss bool
 	// Clients is the number of concurrent clients in the baseline and the
 	// control. Default 3, as in the pause-testing guide.
@@ -165,6 +241,17 @@ type Chaos struct {
 	// longer than Pause. Default 2.5 × Pause (the pause-testing guide: 2 s against 0.8 s).
 	LongLease time.Duration
 	_         struct{}
+}
+
+// Sizes says what c runs with, in one line: its lease, the baseline's and
+// the chaos scenarios' sizes.
+func (c Config) Sizes() string {
+	long := c.Chaos.LongLease
+	if long == 0 {
+		long = c.Chaos.Pause * 5 / 2
+	}
+	return fmt.Sprintf("lease %v; baseline and control: %d clients for %v, work %v; chaos: %d workers for %v, %d pauses of %v every %v, every %dth section stalls, long lease %v",
+		c.Lease, c.Clients, c.Duration, c.Work, c.Chaos.Workers, c.Chaos.Duration, c.Chaos.Pauses, c.Chaos.Pause, c.Chaos.Interval, c.Chaos.StallEvery, long)
 }
 
 // NewConfig returns a Config with the documented defaults.

@@ -34,6 +34,13 @@ const (
 	// C must not get in while B holds it (fencing off).
 	ReleaseAfterExpiry = "release-after-expiry"
 
+	// Contract: the promises of backends.Locker and backends.Lease, each
+	// within contractBound: Acquire returns once its context is cancelled,
+	// Release of an expired lease returns nil and leaves the next holder's
+	// lock alone, Acquire after Close returns backends.ErrClosed, a second
+	// Close returns nil (run.Contract).
+	Contract = "contract"
+
 	// ChaosNone: Chaos.Workers worker processes, no fault.
 	ChaosNone = "chaos-none"
 	// PauseRandom: every Chaos.Interval, SIGSTOP a random worker for
@@ -212,6 +219,10 @@ func lossyIfAsync(x Expectation) func(*Config) Expectation {
 	}
 }
 
+// contractBound is how long the contract lets each call take once it
+// should return.
+const contractBound = 2 * time.Second
+
 // clockJump is how far ClockJump moves the server's wall clock.
 const clockJump = time.Minute
 
@@ -292,6 +303,12 @@ var table = append([]Scenario{
 		unfenced: "release does not involve the store: this runs with fencing off",
 		load:     func(*Config, *run.Setup) run.Load { return run.ReleaseProbe{} },
 		fault:    freezeA,
+	},
+
+	{
+		Name: Contract, Expect: keeps,
+		Text: Text{Keeps: "keeps the Locker contract: Acquire honours its context, Release of an expired lease is harmless, Acquire after Close returns ErrClosed, a second Close is harmless"},
+		load: func(*Config, *run.Setup) run.Load { return run.Contract{Bound: contractBound} },
 	},
 
 	{
@@ -530,7 +547,7 @@ func setup(cfg *Config, runID, scenario string) run.Setup {
 		Backend: cfg.Name, Scenario: scenario, Fenced: cfg.Fenced, Key: key,
 		Lease: cfg.Lease, Work: cfg.Work, StallTimeout: cfg.StallTimeout,
 		NewLocker: func(ctx context.Context, id int, dial run.Dialer, lease time.Duration) (backends.Locker, error) {
-			return cfg.NewLocker(ctx, Client{ID: id, Key: key, Dial: dial, Lease: lease})
+			return cfg.NewLocker(ctx, Client{ID: id, Key: key, Dial: dial, Lease: lease, Endpoint: cfg.Endpoint})
 		},
 		NewStore: cfg.NewStore, Service: cfg.Servers, Nodes: cfg.Nodes, Artifacts: cfg.Artifacts, Progress: cfg.Progress,
 		Explain: func(err error) error { return explain(*cfg, scenario, err) },

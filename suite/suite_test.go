@@ -99,6 +99,10 @@ func checkArtifacts(t *testing.T, r report.Row) {
 		if kinds["freeze"] != 1 || len(tl.Faults) != 1 || tl.Faults[0].Client != 0 {
 			t.Errorf("%s: faults %+v, want one freeze of client 0", id, tl.Faults)
 		}
+	case suite.Contract:
+		if len(tl.Faults) > 1 || len(tl.Faults) == 1 && (kinds["freeze"] != 1 || tl.Faults[0].Client != 0) {
+			t.Errorf("%s: faults %+v, want at most one freeze of client 0", id, tl.Faults)
+		}
 	case suite.Baseline, suite.Control:
 		if len(tl.Faults) != 0 {
 			t.Errorf("%s: faults %+v in a run without faults", id, tl.Faults)

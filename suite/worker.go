@@ -31,7 +31,7 @@ func serveIfWorker(cfg *Config) {
 		return
 	}
 	ctx := context.Background()
-	l, err := cfg.NewLocker(ctx, Client{ID: spec.ID, Key: spec.Key, Dial: directDial, Lease: spec.Lease})
+	l, err := cfg.NewLocker(ctx, Client{ID: spec.ID, Key: spec.Key, Dial: directDial, Lease: spec.Lease, Endpoint: cfg.Endpoint})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker %d: NewLocker: %v\n", spec.ID, err)
 		os.Exit(3)

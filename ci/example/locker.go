@@ -6,7 +6,7 @@ package mylock
 
 import (
 	"context"
-	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -14,26 +14,43 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/suite"
 )
 
-// locker is one client of the lock named key on the Redis server at addr.
+// locker is one client of the lock named c.Key on the Redis server of
+// c.Endpoint.
 type locker struct {
 	client *goredis.Client
 	rs     *redsync.Redsync
 	key    string
 	lease  time.Duration
+	closed atomic.Bool
 }
 
-// Every connection is made by dial (the suite's suite.Client.Dial), so
-// that the suite can stall or cut this client's network.
-func newLocker(addr string, dial func(ctx context.Context, network, addr string) (net.Conn, error), key string, lease time.Duration) *locker {
-	c := goredis.NewClient(&goredis.Options{Addr: addr, Dialer: dial})
-	return &locker{client: c, rs: redsync.New(redsyncgoredis.NewPool(c)), key: key, lease: lease}
+// newLocker connects to the server the suite names in c.Endpoint: its URL
+// (REDIS_URL's, user and password included, or the harness's server) and
+// its TLS settings (rediss://, LOCKSUITE_REDIS_CACERT). Every connection
+// is made by c.Dial, so that the suite can stall or cut this client's
+// network; c.DialTLS layers TLS on it, as go-redis's Dialer replaces its
+// own TLS dial.
+func newLocker(c suite.Client) (*locker, error) {
+	o, err := goredis.ParseURL(c.Endpoint.URL)
+	if err != nil {
+		return nil, err
+	}
+	o.TLSConfig = c.Endpoint.TLS
+	o.Dialer = c.DialTLS(o.TLSConfig)
+	client := goredis.NewClient(o)
+	return &locker{client: client, rs: redsync.New(redsyncgoredis.NewPool(client)), key: c.Key, lease: c.Lease}, nil
 }
 
-// Acquire blocks until the lock is held or ctx is done.
+// Acquire blocks until the lock is held or ctx is done; on a closed locker
+// it returns backends.ErrClosed (the suite's contract spec checks it).
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	for {
+		if l.closed.Load() {
+			return nil, backends.ErrClosed
+		}
 		m := l.rs.NewMutex(l.key, redsync.WithExpiry(l.lease))
 		if err := m.LockContext(ctx); err == nil {
 			return lease{m}, nil
@@ -43,7 +60,13 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	}
 }
 
-func (l *locker) Close() error { return l.client.Close() }
+// Close may be called more than once: only the first closes the client.
+func (l *locker) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	return l.client.Close()
+}
 
 // TTL lets the suite size its waits (backends.TTLer, optional).
 func (l *locker) TTL() time.Duration { return l.lease }
@@ -53,7 +76,8 @@ func (l *locker) Expiry() time.Duration { return l.TTL() }
 
 type lease struct{ m *redsync.Mutex }
 
-// Fence is 0: redsync gives no fencing token, so the fenced specs skip.
+// Fence is 0: redsync gives no fencing token, so suite.Test registers no
+// fenced spec (and prints one line saying why).
 func (g lease) Fence() uint64 { return 0 }
 
 // Release deletes the key only if it still holds this grant's value.

@@ -10,18 +10,18 @@ import (
 )
 
 // TestLocksuite runs every locksuite scenario against this lock. local.Start
-// starts a throwaway redis-server (or uses REDIS_URL) and the counter store
-// (the embedded etcd); env.ConfigFor plugs our Locker into that service and
-// gives the servers, the store and the service's default lease.
+// starts a throwaway redis-server (or uses the one REDIS_URL names, with
+// its password and TLS settings) and the counter store (the embedded etcd);
+// env.ConfigFor plugs our Locker into that service and gives the servers,
+// the store, the service's default sizes and its Endpoint.
 func TestLocksuite(t *testing.T) {
 	env, err := local.Start(context.Background(), []string{"redis"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer env.Close()
-	addr := env.Endpoint("redis") // REDIS_URL's host:port, or the harness's server
 	ours := func(ctx context.Context, c suite.Client) (backends.Locker, error) {
-		return newLocker(addr, c.Dial, c.Key, c.Lease), nil // c.Dial: this client's fault path
+		return newLocker(c) // c.Endpoint: REDIS_URL (password, TLS) or the harness's server
 	}
 	var cfgs []suite.Config
 	for _, fenced := range []bool{false, true} {
@@ -30,7 +30,8 @@ func TestLocksuite(t *testing.T) {
 			t.Fatal(err) // names the fix: install redis-server (ci/setup.sh) or set REDIS_URL
 		}
 		// A lease alone cannot protect a stalled holder: pin that down, so
-		// that CI fails if the pause scenarios ever stop finding the loss.
+		// that CI fails if the scenarios that aim a fault at the holder ever
+		// stop finding the loss (those chance decides are measured).
 		cfg.ExpectLoss = !fenced
 		cfgs = append(cfgs, cfg)
 	}

@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -366,7 +367,8 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 // named name, on service: a service of this package ("redis", "postgres",
 // "consul", "etcd", "redis-3" or a cluster, or a backend's name for the
 // service it runs on), which Start must have made Available. The Config
-// carries the service's default lease and chaos sizes, the counter store,
+// carries the service's default lease and chaos sizes (Defaults(service),
+// not suite.NewConfig's), the counter store,
 // the worker environment and (for a server Start started) Servers; its
 // NewLocker is newLocker, which reaches the server at Endpoint(service)
 // through suite.Client.Dial. The error names a service that is unknown or
@@ -385,14 +387,64 @@ func (e *Env) ConfigFor(name, service string, fenced bool, newLocker func(ctx co
 	return e.config(name, s, fenced, newLocker), nil
 }
 
-func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
+// Defaults returns the sizes that Config and ConfigFor give a Config of
+// backend or service n: suite.NewConfig's, with the service's own lease
+// and chaos sizes (shorter than NewConfig's where the server allows), and
+// the backend's own adjustments. Only Name and the sizes are set.
+func Defaults(n string) (suite.Config, error) {
+	s, ok := serviceOf(n)
+	if !ok {
+		return suite.Config{}, unknown(n)
+	}
+	cfg := sized(n, s)
+	if b, ok := lookup(n); ok && b.tune != nil {
+		b.tune(&cfg)
+	}
+	return cfg, nil
+}
+
+// sized is suite.NewConfig with service s's lease and chaos sizes.
+func sized(name string, s *service) suite.Config {
 	cfg := suite.NewConfig()
-	cfg.Name, cfg.Fenced, cfg.Lease, cfg.Chaos = name, fenced, s.lease, s.chaos()
+	cfg.Name, cfg.Service, cfg.Lease, cfg.Chaos = name, s.name, s.lease, s.chaos()
+	return cfg
+}
+
+func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
+	cfg := sized(name, s)
+	cfg.Fenced, cfg.Endpoint = fenced, e.endpointOf(s)
 	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv = newLocker, e.newStore, e.Environ()
 	if ss, ok := e.started[s.name]; ok {
 		cfg.Servers = ss
 	}
 	return cfg
+}
+
+// endpointOf is how to reach service s as the harness does (suite.Endpoint):
+// the user's variables, credentials and TLS settings included, or the
+// address of the server Start started, as its variable would name it.
+func (e *Env) endpointOf(s *service) suite.Endpoint {
+	c := e.conn(s.name)
+	ep := suite.Endpoint{URL: strings.TrimSpace(c.endpoint), Username: c.user, Password: c.password, Token: c.token, TLS: c.tls}
+	if e.conns[s.name] == nil && ep.URL != "" && s.environ != nil {
+		_, ep.URL, _ = strings.Cut(s.environ(ep.URL), "=") // redis://host:port/0
+	}
+	for _, a := range c.addrs() {
+		if s.hostPortOf != nil {
+			a = s.hostPortOf(a)
+		}
+		if a != "" {
+			ep.Addrs = append(ep.Addrs, a)
+		}
+	}
+	if len(ep.Addrs) == 0 && c.endpoint != "" && s.hostPortOf != nil {
+		ep.Addrs = []string{s.hostPortOf(c.endpoint)} // libpq's PG* variables
+	}
+	if u, err := url.Parse(ep.URL); err == nil && u.User != nil && ep.Username == "" && ep.Password == "" {
+		ep.Username = u.User.Username()
+		ep.Password, _ = u.User.Password()
+	}
+	return ep
 }
 
 func (e *Env) newStore(ctx context.Context, name string, fenced bool) (fencing.Store, error) {

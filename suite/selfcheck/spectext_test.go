@@ -60,6 +60,7 @@ func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 		mk("loss-async", false, true, asyncServers{}),
 		mk("plain-async", false, false, asyncServers{}),
 		mk("fenced", true, true, asyncServers{}),
+		renamed(mk("renamed", true, false, nil)),
 	} {
 		cfgs[c.Name] = c
 		suite.GinkgoTest(&c)
@@ -78,7 +79,7 @@ func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 		var sc suite.Scenario
 		var okC, okS bool
 		for _, l := range labels {
-			if c, ok := cfgs[l]; ok {
+			if c, ok := cfgs[l]; ok && !okC { // the first: Name ("fenced" is a Config's name, and a label)
 				cfg, okC = c, true
 			}
 			if s, ok := scenarios[l]; ok {
@@ -109,11 +110,32 @@ func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 			t.Errorf("%s, %s: labels %v lack the scenario or its family", cfg.Name, sc.Name, labels)
 		}
 	}
+	// A Config's Service is a label: README's filter by service selects the
+	// renamed Config's fenced specs.
+	filter, err := types.ParseLabelFilter("redis && fenced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	matched := map[string]int{}
+	for _, r := range PreviewSpecs("labels").SpecReports {
+		if r.LeafNodeType == types.NodeTypeIt && filter(r.Labels()) {
+			matched[r.Labels()[0]]++ // the Config's Name
+		}
+	}
+	if len(matched) != 1 || matched["renamed"] != len(scenarios) {
+		t.Errorf("the filter redis && fenced selects %v, want every spec of the renamed Config (Service redis) and nothing else", matched)
+	}
 	for name := range cfgs {
 		if seen[name] != len(scenarios) {
 			t.Errorf("%s: %d specs, want one per scenario (%d)", name, seen[name], len(scenarios))
 		}
 	}
+}
+
+// renamed is cfg on the service "redis", as suite/local's ConfigFor makes it.
+func renamed(cfg suite.Config) suite.Config {
+	cfg.Service = "redis"
+	return cfg
 }
 
 func containsLabel(labels []string, l string) bool {

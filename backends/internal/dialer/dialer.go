@@ -9,6 +9,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/locksuite/locksuite/internal/tlsdial"
 )
 
 // Func dials a connection, as net.Dialer.DialContext does.
@@ -18,27 +20,7 @@ type Func = func(ctx context.Context, network, address string) (net.Conn, error)
 // connection with cfg (ServerName defaulting to address's host), for client
 // libraries whose dialer hook replaces their own TLS dial (go-redis). With a
 // nil cfg it returns dial.
-func TLS(dial Func, cfg *tls.Config) Func {
-	if cfg == nil {
-		return dial
-	}
-	return func(ctx context.Context, network, address string) (net.Conn, error) {
-		c, err := dial(ctx, network, address)
-		if err != nil {
-			return nil, err
-		}
-		tc := cfg.Clone()
-		if tc.ServerName == "" {
-			tc.ServerName, _, _ = net.SplitHostPort(address)
-		}
-		t := tls.Client(c, tc)
-		if err := t.HandshakeContext(ctx); err != nil {
-			c.Close()
-			return nil, err
-		}
-		return t, nil
-	}
-}
+func TLS(dial Func, cfg *tls.Config) Func { return tlsdial.Wrap(dial, cfg) }
 
 // Redis returns a client for o as the Redis adapters make it: a 2 s dial
 // timeout, a pool of 2 (one Locker is one process's connection), and, when

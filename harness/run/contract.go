@@ -1,0 +1,300 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/harness/checker"
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/history"
+	"github.com/locksuite/locksuite/harness/load"
+)
+
+// Contract checks the promises of backends.Locker and backends.Lease that
+// a caller relies on, each within Bound:
+//
+//   - Acquire honours its context: B's Acquire, waiting while A holds the
+//     lock, returns an error wrapping ctx.Err() once its context is
+//     cancelled.
+//   - Release of an expired lease returns nil and harms no one: A stalls
+//     (its fault path frozen, or backends.Freezer) until B holds the lock,
+//     then releases, twice; C must not get in while B holds the lock.
+//   - Acquire after Close returns an error wrapping backends.ErrClosed.
+//   - A second Close returns nil, without panicking.
+//
+// It judges by itself (nobody writes): kept when every promise held,
+// broken with each broken one named. A promise that cannot be exercised
+// on this lock (its lease does not expire while its holder stalls) is
+// noted in the reason, not judged.
+type Contract struct {
+	// Bound is how long each call may take once it should return: after
+	// Acquire's context is cancelled, Acquire after Close, Release of an
+	// expired lease, the second Close.
+	Bound time.Duration
+}
+
+func (Contract) Prepare(ctx context.Context, e *Env) error {
+	if err := e.Clients(ctx, 3, true); err != nil {
+		return err
+	}
+	// A, acquiring and releasing the free lock once, dials through its
+	// path (or not), so that the freeze knows whether it applies.
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	lease, err := load.Acquire(pctx, e.Lockers[0])
+	if err != nil {
+		return fmt.Errorf("suite: %s: the first Acquire of a free lock: %w", e.Backend, err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		return fmt.Errorf("suite: %s: releasing the first lease: %w", e.Backend, err)
+	}
+	return nil
+}
+
+func (c Contract) Planned(e *Env) time.Duration { return e.Expiry() + 2*c.Bound }
+
+// called is the outcome of one call of the Locker or Lease under test.
+type called struct {
+	lease    backends.Lease
+	err      error
+	panicked any
+	returned bool          // false: still running after the bound
+	took     time.Duration // from the call, or from the cancel, to its return
+}
+
+// within runs f and waits for it until bound after ready is closed (nil:
+// after the call), recovering a panic. A lease f returns after the bound is
+// released.
+func within(bound time.Duration, ready <-chan struct{}, f func() (backends.Lease, error)) called {
+	ch := make(chan called, 1)
+	t0 := time.Now()
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- called{panicked: fmt.Sprintf("%v\n%s", p, debug.Stack()), returned: true}
+			}
+		}()
+		l, err := f()
+		ch <- called{lease: l, err: err, returned: true}
+	}()
+	if ready != nil {
+		select {
+		case r := <-ch:
+			r.took = 0
+			return r
+		case <-ready:
+			t0 = time.Now()
+		}
+	}
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		r.took = time.Since(t0)
+		return r
+	case <-t.C:
+		go func() {
+			if r := <-ch; r.lease != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = r.lease.Release(rctx)
+			}
+		}()
+		return called{took: bound}
+	}
+}
+
+func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, error) {
+	a, b, cc, rec := e.Lockers[0], e.Lockers[1], e.Lockers[2], e.Rec
+	t0 := time.Now()
+	var broken, notes []string
+	hold := func(id int, asked, start time.Duration) {
+		rec.Add(history.Section{Client: id, Asked: asked, Start: start, End: rec.Now(), Outcome: history.Aborted})
+	}
+	release := func(l backends.Lease) {
+		if l != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = l.Release(rctx)
+		}
+	}
+
+	// A holds the lock.
+	askedA := rec.Now()
+	actx, cancelA := context.WithTimeout(ctx, probeTimeout)
+	la, err := load.Acquire(actx, a)
+	cancelA()
+	if err != nil {
+		return Outcome{}, fmt.Errorf("holder A: %w", err)
+	}
+	startA := rec.Now()
+
+	// 1. B's Acquire, waiting for A, is cancelled.
+	bctx, cancelB := context.WithCancel(ctx)
+	cancelled := make(chan struct{})
+	go func() {
+		select {
+		case <-time.After(min(max(e.TTL()/4, 20*time.Millisecond), 100*time.Millisecond)):
+		case <-ctx.Done():
+		}
+		cancelB()
+		close(cancelled)
+	}()
+	r := within(c.Bound, cancelled, func() (backends.Lease, error) { return b.Acquire(bctx) })
+	<-cancelled
+	switch {
+	case !r.returned:
+		broken = append(broken, fmt.Sprintf("Acquire did not return within %v of its context's cancel (it must return an error wrapping ctx.Err() once ctx is done)", c.Bound))
+	case r.panicked != nil:
+		broken = append(broken, fmt.Sprintf("Acquire panicked: %v", r.panicked))
+	case r.err == nil && r.took > cancelSlack:
+		release(r.lease)
+		broken = append(broken, fmt.Sprintf("Acquire returned a lease %v after its context was cancelled (once ctx is done it must return an error wrapping ctx.Err() and hold nothing)", r.took.Round(time.Millisecond)))
+	case r.err == nil:
+		// Granted before the cancel: A's lease ran out meanwhile.
+		notes = append(notes, "Acquire's cancel not checked: B was granted before it (A's lease ran out first)")
+		release(r.lease)
+		release(la)
+		actx, cancelA := context.WithTimeout(ctx, probeTimeout)
+		la, err = load.Acquire(actx, a)
+		cancelA()
+		if err != nil {
+			return Outcome{}, fmt.Errorf("holder A, again: %w", err)
+		}
+	case !errors.Is(r.err, context.Canceled):
+		broken = append(broken, fmt.Sprintf("Acquire whose context was cancelled returned %q, which does not wrap ctx.Err() (context.Canceled)", r.err))
+	}
+
+	// 2. A stalls past its lease; B gets the lock; A releases its expired
+	// lease, twice.
+	freeze := &faults.Freeze{Path: e.Paths[0], Locker: a, Lane: 0, Name: "A"}
+	_, _, declared := backends.TTLOf(a)
+	switch {
+	case freeze.Applies(ctx) != nil && !declared:
+		notes = append(notes, "Release of an expired lease not checked: "+faults.NoDial+", and it declares no TTL (backends.TTLer)")
+		release(la)
+		hold(0, askedA, startA)
+	default:
+		heal := func() error { return nil }
+		if freeze.Applies(ctx) == nil {
+			if heal, err = e.Log.Strike(ctx, freeze, true); err != nil {
+				release(la)
+				return Outcome{}, err
+			}
+		}
+		bctx, cancel := context.WithTimeout(ctx, e.StallBound())
+		askedB := rec.Now()
+		lb, err := load.Acquire(bctx, b)
+		startB := rec.Now()
+		cancel()
+		_ = heal()
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, load.ErrIgnoredContext):
+			notes = append(notes, fmt.Sprintf("Release of an expired lease not checked: A's lease did not expire in %v while A stalled", e.StallBound()))
+			release(la)
+			hold(0, askedA, startA)
+		case err != nil:
+			release(la)
+			return Outcome{}, fmt.Errorf("holder B: %w", err)
+		default:
+			for i, what := range []string{"Release of an expired lease", "a second Release of an expired lease"} {
+				rctx, cancel := context.WithTimeout(ctx, c.Bound)
+				r := within(c.Bound, nil, func() (backends.Lease, error) { return nil, la.Release(rctx) })
+				cancel()
+				switch {
+				case !r.returned:
+					broken = append(broken, fmt.Sprintf("%s did not return within %v", what, c.Bound))
+				case r.panicked != nil:
+					broken = append(broken, fmt.Sprintf("%s panicked: %v", what, r.panicked))
+				case r.err != nil:
+					broken = append(broken, fmt.Sprintf("%s returned %q (it must return nil when the lock is no longer this lease's)", what, r.err))
+				}
+				if i == 0 {
+					hold(0, askedA, startA)
+				}
+			}
+			// Harm: C must not get in while B holds the lock.
+			cctx, cancel := context.WithTimeout(ctx, max(e.TTL()/4, 20*time.Millisecond))
+			askedC := rec.Now()
+			lc, err := load.Acquire(cctx, cc)
+			late := cctx.Err() != nil
+			cancel()
+			switch {
+			case err == nil && late:
+				// Granted after its context ended: no evidence about
+				// Release, but a broken promise of Acquire.
+				release(lc)
+				broken = append(broken, "Acquire returned a lease after its context ended (once ctx is done it must return an error wrapping ctx.Err() and hold nothing)")
+			case err == nil:
+				startC := rec.Now()
+				release(lc)
+				hold(2, askedC, startC)
+				broken = append(broken, "Release of an expired lease removed the next holder's lock: a third client acquired it while the second held it")
+			case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, load.ErrIgnoredContext):
+				release(lb)
+				return Outcome{}, fmt.Errorf("client C: %w", err)
+			}
+			release(lb)
+			hold(1, askedB, startB)
+		}
+	}
+
+	// 3. Acquire after Close; 4. a second Close.
+	closeC := func() called {
+		return within(c.Bound, nil, func() (backends.Lease, error) { return nil, cc.Close() })
+	}
+	if r := closeC(); !r.returned || r.panicked != nil {
+		broken = append(broken, fmt.Sprintf("Close did not return within %v, or panicked (%v)", c.Bound, r.panicked))
+	} else {
+		actx, cancel := context.WithTimeout(ctx, c.Bound)
+		r := within(c.Bound, actx.Done(), func() (backends.Lease, error) { return cc.Acquire(actx) })
+		late := actx.Err() != nil // it returned only once its context ended
+		cancel()
+		switch {
+		case !r.returned || late && !errors.Is(r.err, backends.ErrClosed) && r.panicked == nil:
+			broken = append(broken, fmt.Sprintf("Acquire after Close did not return backends.ErrClosed: it was still trying when its context ended after %v (%v)", c.Bound, r.err))
+		case r.panicked != nil:
+			broken = append(broken, fmt.Sprintf("Acquire after Close panicked (it must return backends.ErrClosed): %v", r.panicked))
+		case r.err == nil:
+			release(r.lease)
+			broken = append(broken, "Acquire after Close granted a lease (it must return backends.ErrClosed)")
+		case !errors.Is(r.err, backends.ErrClosed):
+			broken = append(broken, fmt.Sprintf("Acquire after Close returned %q, which does not wrap backends.ErrClosed", r.err))
+		}
+		switch r := closeC(); {
+		case !r.returned:
+			broken = append(broken, fmt.Sprintf("a second Close did not return within %v", c.Bound))
+		case r.panicked != nil:
+			broken = append(broken, fmt.Sprintf("a second Close panicked: %v", r.panicked))
+		case r.err != nil:
+			broken = append(broken, fmt.Sprintf("a second Close returned %q (closing twice must be harmless)", r.err))
+		}
+	}
+	// C is closed (or broken): the run's end does not close it again.
+	e.Lockers[2] = closedLocker{}
+
+	res := &checker.Result{Verdict: checker.Kept}
+	if len(broken) > 0 {
+		res.Verdict = checker.Broken
+		res.Reason = "the Locker breaks its contract (backends.Locker, backends.Lease): " + strings.Join(broken, "; ")
+	}
+	if len(notes) > 0 {
+		res.Reason = strings.TrimPrefix(res.Reason+"; "+strings.Join(notes, "; "), "; ")
+	}
+	return Outcome{Elapsed: time.Since(t0), Result: res}, nil
+}
+
+// cancelSlack is how long after its context's cancel an Acquire may still
+// return a grant (one that raced with the cancel).
+const cancelSlack = 100 * time.Millisecond
+
+// closedLocker stands for a Locker the contract closed itself.
+type closedLocker struct{}
+
+func (closedLocker) Acquire(context.Context) (backends.Lease, error) { return nil, backends.ErrClosed }
+func (closedLocker) Close() error                                    { return nil }
