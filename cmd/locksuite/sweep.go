@@ -44,7 +44,7 @@ func parseDurations(flagName, v string) ([]time.Duration, error) {
 func sweep(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("locksuite sweep", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	backend := fs.String("backend", "redis", "the backend: "+strings.Join(append(slices.Clone(local.Names), local.Libraries...), ","))
+	backend := fs.String("backend", "redis", "the backend: "+strings.Join(slices.Concat(local.Names, local.Libraries, local.WhenNamed), ","))
 	leasesF := fs.String("leases", "", "comma-separated leases (default redis, postgres, consul 200ms,500ms,1s,2s; etcd 1s,2s,3s,5s)")
 	pausesF := fs.String("pauses", "", "comma-separated pause lengths (default 300ms,800ms,1.5s; etcd 1s,2s,4s)")
 	count := fs.Int("count", 3, "pauses injected per cell")
@@ -72,14 +72,16 @@ Flags:
 		}
 		return &usageError{err.Error()}
 	}
-	if all := append(slices.Clone(local.Names), local.Libraries...); !slices.Contains(all, *backend) {
+	if all := slices.Concat(local.Names, local.Libraries, local.WhenNamed); !slices.Contains(all, *backend) {
 		return &usageError{fmt.Sprintf("--backend: unknown %q: choose from %s", *backend, strings.Join(all, ","))}
 	}
 	if *count < 1 {
 		return &usageError{fmt.Sprintf("--count %d: at least one pause per cell", *count)}
 	}
+	// Leases from the backend's floor: a service whose shortest lease is a
+	// second (etcd, MySQL, NATS, Kubernetes) sweeps whole seconds.
 	dl, dp := "200ms,500ms,1s,2s", "300ms,800ms,1.5s"
-	if *backend == "etcd" || *backend == "etcd-mutex" {
+	if d, err := local.Defaults(*backend); err == nil && d.Lease >= time.Second {
 		dl, dp = "1s,2s,3s,5s", "1s,2s,4s"
 	}
 	if *leasesF == "" {
