@@ -89,39 +89,63 @@ var ErrIgnoredContext = errors.New("Locker.Acquire did not return after its cont
 // error wrapping ErrIgnoredContext (if it returns a lease later, the lease
 // is released).
 func Acquire(ctx context.Context, l backends.Locker) (backends.Lease, error) {
-	type result struct {
-		lease backends.Lease
-		err   error
+	r := Call(ctx.Done(), AcquireGrace, func() (backends.Lease, error) { return l.Acquire(ctx) })
+	if !r.Returned {
+		return nil, fmt.Errorf("%w (still blocked %v after: %v)", ErrIgnoredContext, AcquireGrace, ctx.Err())
 	}
-	ch := make(chan result, 1)
+	return r.Lease, r.Err
+}
+
+// Called is the outcome of Call.
+type Called struct {
+	Lease backends.Lease
+	Err   error // a *PanicError if f panicked
+	// Returned is false when f was still running bound after ready.
+	Returned bool
+	// Took is how long f ran after ready was closed (from the call, for a
+	// nil ready): 0 if it returned before, bound if it had not returned.
+	Took time.Duration
+}
+
+// Call runs f, a call of the code under test, on a goroutine of its own
+// and waits until it returns, or until bound has passed since ready was
+// closed (since the call, for a nil ready). A panic of f is returned as a
+// *PanicError. A lease that f returns after Call gave up is released.
+func Call(ready <-chan struct{}, bound time.Duration, f func() (backends.Lease, error)) Called {
+	ch := make(chan Called, 1)
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				ch <- result{nil, &PanicError{p, debug.Stack()}}
+				ch <- Called{Err: &PanicError{p, debug.Stack()}, Returned: true}
 			}
 		}()
-		lease, err := l.Acquire(ctx)
-		ch <- result{lease, err}
+		lease, err := f()
+		ch <- Called{Lease: lease, Err: err, Returned: true}
 	}()
-	select {
-	case r := <-ch:
-		return r.lease, r.err
-	case <-ctx.Done():
+	t0 := time.Now()
+	if ready != nil {
+		select {
+		case r := <-ch:
+			return r
+		case <-ready:
+			t0 = time.Now()
+		}
 	}
-	t := time.NewTimer(AcquireGrace)
+	t := time.NewTimer(bound)
 	defer t.Stop()
 	select {
 	case r := <-ch:
-		return r.lease, r.err
+		r.Took = time.Since(t0)
+		return r
 	case <-t.C:
 		go func() {
-			if r := <-ch; r.lease != nil {
+			if r := <-ch; r.Lease != nil {
 				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				_ = r.lease.Release(rctx)
+				_ = r.Lease.Release(rctx)
 			}
 		}()
-		return nil, fmt.Errorf("%w (still blocked %v after: %v)", ErrIgnoredContext, AcquireGrace, ctx.Err())
+		return Called{Took: bound}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -58,55 +57,21 @@ func (Contract) Prepare(ctx context.Context, e *Env) error {
 
 func (c Contract) Planned(e *Env) time.Duration { return e.Expiry() + 2*c.Bound }
 
-// called is the outcome of one call of the Locker or Lease under test.
+// called is the outcome of one call of the Locker or Lease under test,
+// panicked set when it panicked.
 type called struct {
-	lease    backends.Lease
-	err      error
+	load.Called
 	panicked any
-	returned bool          // false: still running after the bound
-	took     time.Duration // from the call, or from the cancel, to its return
 }
 
-// within runs f and waits for it until bound after ready is closed (nil:
-// after the call), recovering a panic. A lease f returns after the bound is
-// released.
+// within is load.Call, with a panic taken out of the error.
 func within(bound time.Duration, ready <-chan struct{}, f func() (backends.Lease, error)) called {
-	ch := make(chan called, 1)
-	t0 := time.Now()
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				ch <- called{panicked: fmt.Sprintf("%v\n%s", p, debug.Stack()), returned: true}
-			}
-		}()
-		l, err := f()
-		ch <- called{lease: l, err: err, returned: true}
-	}()
-	if ready != nil {
-		select {
-		case r := <-ch:
-			r.took = 0
-			return r
-		case <-ready:
-			t0 = time.Now()
-		}
+	r := called{Called: load.Call(ready, bound, f)}
+	var pe *load.PanicError
+	if errors.As(r.Err, &pe) {
+		r.panicked, r.Err = pe, nil
 	}
-	t := time.NewTimer(bound)
-	defer t.Stop()
-	select {
-	case r := <-ch:
-		r.took = time.Since(t0)
-		return r
-	case <-t.C:
-		go func() {
-			if r := <-ch; r.lease != nil {
-				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = r.lease.Release(rctx)
-			}
-		}()
-		return called{took: bound}
-	}
+	return r
 }
 
 func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, error) {
@@ -148,17 +113,17 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 	r := within(c.Bound, cancelled, func() (backends.Lease, error) { return b.Acquire(bctx) })
 	<-cancelled
 	switch {
-	case !r.returned:
+	case !r.Returned:
 		broken = append(broken, fmt.Sprintf("Acquire did not return within %v of its context's cancel (it must return an error wrapping ctx.Err() once ctx is done)", c.Bound))
 	case r.panicked != nil:
 		broken = append(broken, fmt.Sprintf("Acquire panicked: %v", r.panicked))
-	case r.err == nil && r.took > cancelSlack:
-		release(r.lease)
-		broken = append(broken, fmt.Sprintf("Acquire returned a lease %v after its context was cancelled (once ctx is done it must return an error wrapping ctx.Err() and hold nothing)", r.took.Round(time.Millisecond)))
-	case r.err == nil:
+	case r.Err == nil && r.Took > cancelSlack:
+		release(r.Lease)
+		broken = append(broken, fmt.Sprintf("Acquire returned a lease %v after its context was cancelled (once ctx is done it must return an error wrapping ctx.Err() and hold nothing)", r.Took.Round(time.Millisecond)))
+	case r.Err == nil:
 		// Granted before the cancel: A's lease ran out meanwhile.
 		notes = append(notes, "Acquire's cancel not checked: B was granted before it (A's lease ran out first)")
-		release(r.lease)
+		release(r.Lease)
 		release(la)
 		actx, cancelA := context.WithTimeout(ctx, probeTimeout)
 		la, err = load.Acquire(actx, a)
@@ -166,8 +131,8 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 		if err != nil {
 			return Outcome{}, fmt.Errorf("holder A, again: %w", err)
 		}
-	case !errors.Is(r.err, context.Canceled):
-		broken = append(broken, fmt.Sprintf("Acquire whose context was cancelled returned %q, which does not wrap ctx.Err() (context.Canceled)", r.err))
+	case !errors.Is(r.Err, context.Canceled):
+		broken = append(broken, fmt.Sprintf("Acquire whose context was cancelled returned %q, which does not wrap ctx.Err() (context.Canceled)", r.Err))
 	}
 
 	// 2. A stalls past its lease; B gets the lock; A releases its expired
@@ -207,12 +172,12 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 				r := within(c.Bound, nil, func() (backends.Lease, error) { return nil, la.Release(rctx) })
 				cancel()
 				switch {
-				case !r.returned:
+				case !r.Returned:
 					broken = append(broken, fmt.Sprintf("%s did not return within %v", what, c.Bound))
 				case r.panicked != nil:
 					broken = append(broken, fmt.Sprintf("%s panicked: %v", what, r.panicked))
-				case r.err != nil:
-					broken = append(broken, fmt.Sprintf("%s returned %q (it must return nil when the lock is no longer this lease's)", what, r.err))
+				case r.Err != nil:
+					broken = append(broken, fmt.Sprintf("%s returned %q (it must return nil when the lock is no longer this lease's)", what, r.Err))
 				}
 				if i == 0 {
 					hold(0, askedA, startA)
@@ -248,7 +213,7 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 	closeC := func() called {
 		return within(c.Bound, nil, func() (backends.Lease, error) { return nil, cc.Close() })
 	}
-	if r := closeC(); !r.returned || r.panicked != nil {
+	if r := closeC(); !r.Returned || r.panicked != nil {
 		broken = append(broken, fmt.Sprintf("Close did not return within %v, or panicked (%v)", c.Bound, r.panicked))
 	} else {
 		actx, cancel := context.WithTimeout(ctx, c.Bound)
@@ -256,23 +221,23 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 		late := actx.Err() != nil // it returned only once its context ended
 		cancel()
 		switch {
-		case !r.returned || late && !errors.Is(r.err, backends.ErrClosed) && r.panicked == nil:
-			broken = append(broken, fmt.Sprintf("Acquire after Close did not return backends.ErrClosed: it was still trying when its context ended after %v (%v)", c.Bound, r.err))
+		case !r.Returned || late && !errors.Is(r.Err, backends.ErrClosed) && r.panicked == nil:
+			broken = append(broken, fmt.Sprintf("Acquire after Close did not return backends.ErrClosed: it was still trying when its context ended after %v (%v)", c.Bound, r.Err))
 		case r.panicked != nil:
 			broken = append(broken, fmt.Sprintf("Acquire after Close panicked (it must return backends.ErrClosed): %v", r.panicked))
-		case r.err == nil:
-			release(r.lease)
+		case r.Err == nil:
+			release(r.Lease)
 			broken = append(broken, "Acquire after Close granted a lease (it must return backends.ErrClosed)")
-		case !errors.Is(r.err, backends.ErrClosed):
-			broken = append(broken, fmt.Sprintf("Acquire after Close returned %q, which does not wrap backends.ErrClosed", r.err))
+		case !errors.Is(r.Err, backends.ErrClosed):
+			broken = append(broken, fmt.Sprintf("Acquire after Close returned %q, which does not wrap backends.ErrClosed", r.Err))
 		}
 		switch r := closeC(); {
-		case !r.returned:
+		case !r.Returned:
 			broken = append(broken, fmt.Sprintf("a second Close did not return within %v", c.Bound))
 		case r.panicked != nil:
 			broken = append(broken, fmt.Sprintf("a second Close panicked: %v", r.panicked))
-		case r.err != nil:
-			broken = append(broken, fmt.Sprintf("a second Close returned %q (closing twice must be harmless)", r.err))
+		case r.Err != nil:
+			broken = append(broken, fmt.Sprintf("a second Close returned %q (closing twice must be harmless)", r.Err))
 		}
 	}
 	// C is closed (or broken): the run's end does not close it again.
