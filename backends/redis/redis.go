@@ -26,6 +26,7 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/adapt"
 	"github.com/locksuite/locksuite/backends/internal/dialer"
 	"github.com/locksuite/locksuite/internal/redact"
+	"github.com/locksuite/locksuite/internal/tlsdial"
 )
 
 // urlPassword is the password in a URL that may not parse.
@@ -141,7 +142,7 @@ func New(cfg Config) (backends.Locker, error) {
 			fo.TLSConfig = cfg.TLS.Clone()
 		}
 		if cfg.Dial != nil {
-			fo.Dialer = dialer.TLS(cfg.Dial, fo.TLSConfig)
+			fo.Dialer = tlsdial.Wrap(cfg.Dial, fo.TLSConfig)
 		}
 		l.c, l.own = goredis.NewFailoverClient(fo), true
 	}

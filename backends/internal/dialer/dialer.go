@@ -4,7 +4,6 @@ package dialer
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"time"
 
@@ -16,12 +15,6 @@ import (
 // Func dials a connection, as net.Dialer.DialContext does.
 type Func = func(ctx context.Context, network, address string) (net.Conn, error)
 
-// TLS returns a Func that dials through dial and then makes a TLS client
-// connection with cfg (ServerName defaulting to address's host), for client
-// libraries whose dialer hook replaces their own TLS dial (go-redis). With a
-// nil cfg it returns dial.
-func TLS(dial Func, cfg *tls.Config) Func { return tlsdial.Wrap(dial, cfg) }
-
 // Redis returns a client for o as the Redis adapters make it: a 2 s dial
 // timeout, a pool of 2 (one Locker is one process's connection), and, when
 // dial is not nil, every connection made by dial with o's TLS, if any,
@@ -29,7 +22,7 @@ func TLS(dial Func, cfg *tls.Config) Func { return tlsdial.Wrap(dial, cfg) }
 func Redis(o *goredis.Options, dial Func) *goredis.Client {
 	o.DialTimeout, o.PoolSize = 2*time.Second, 2
 	if dial != nil {
-		o.Dialer = TLS(dial, o.TLSConfig)
+		o.Dialer = tlsdial.Wrap(dial, o.TLSConfig)
 	}
 	return goredis.NewClient(o)
 }
