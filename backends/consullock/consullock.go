@@ -233,24 +233,35 @@ func (l *locker) Close() error {
 
 var _ backends.Cleaner = (*locker)(nil)
 
-// Cleanup removes the lock's KV key if no session holds it, with the
-// library's Lock.Destroy (a check-and-set delete).
+// Cleanup removes the lock's KV key with the library's Lock.Destroy (a
+// check-and-set delete), once no session holds it.
 func (l *locker) Cleanup(ctx context.Context) error {
 	opts := l.opts
 	lk, err := l.c.LockOpts(&opts)
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- lk.Destroy() }()
-	select {
-	case err := <-done:
-		if errors.Is(err, api.ErrLockInUse) {
-			return nil
+	// Destroy refuses while a session still holds the key: a closed
+	// client's session that the server has not yet invalidated (at most
+	// its TTL, doubled by Consul) or a release still in flight. Cleanup runs
+	// once every other client is closed, so that session is stale: wait for
+	// it to go, until ctx is done.
+	for {
+		done := make(chan error, 1)
+		go func() { done <- lk.Destroy() }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, api.ErrLockInUse) {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("consul-lock: cleanup: %w (a session still holds the key when the context ended)", api.ErrLockInUse)
+		}
 	}
 }
 
