@@ -250,7 +250,7 @@ func (s *RedisSentinel) Healthy(ctx context.Context) error {
 		return err
 	}
 	if !p.Running() {
-		return fmt.Errorf("the primary %s is not running", p.name)
+		return fmt.Errorf("the primary %s is not running; the sentinels' last events: %s", p.name, s.events())
 	}
 	for _, m := range ms {
 		err := s.do(ctx, m.addr, func(c *goredis.Client) error {
@@ -300,6 +300,25 @@ func (s *RedisSentinel) Healthy(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// events are the last few warnings (+sdown, +odown, +try-failover,
+// -failover-abort-…, +tilt) in each sentinel's log: why a failover has not
+// happened.
+func (s *RedisSentinel) events() string {
+	var out []string
+	for _, p := range s.sentinels {
+		b, _ := os.ReadFile(p.log)
+		var ev []string
+		for _, l := range strings.Split(string(b), "\n") {
+			// "pid:X 04 Dec 2026 08:24:54.015 # +odown master …"
+			if _, e, ok := strings.Cut(l, " # "); ok {
+				ev = append(ev, e)
+			}
+		}
+		out = append(out, fmt.Sprintf("%s [%s]", p.name, strings.Join(ev[max(0, len(ev)-4):], "; ")))
+	}
+	return strings.Join(out, ", ")
 }
 
 // fields turns a sentinel reply (a flat list of names and values, or a
