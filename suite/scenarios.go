@@ -496,6 +496,16 @@ func leaderKill(c *Config, e *run.Env) faults.Fault {
 // Scenarios returns the suite's scenarios, in the order the specs run.
 func Scenarios() []Scenario { return append([]Scenario(nil), table...) }
 
+// Order lists every scenario's name, in the order the specs run: the order
+// of a report's columns (report.Sort).
+func Order() []string {
+	out := make([]string, len(table))
+	for i, sc := range table {
+		out[i] = sc.Name
+	}
+	return out
+}
+
 // Names lists the names of the scenarios of family ("" for the core ones).
 func Names(family string) []string {
 	var out []string

@@ -105,7 +105,7 @@ func Test(t GinkgoTestingT, cfgs ...Config) bool {
 	ok := RunSpecs(t, "locksuite")
 	mu.Lock()
 	defer mu.Unlock()
-	report.Sort(rows)
+	report.Sort(rows, Order()...)
 	writeMatrix(rows, unregistered)
 	if dir := os.Getenv(ReportDirEnv); dir != "" {
 		if err := writeReports(dir, name, rows, unregistered); err != nil {

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/suite"
 )
 
 const diffUsage = `Usage: locksuite diff [flags] OLD.json NEW.json
@@ -203,15 +204,11 @@ func compareAll(old, new []report.Row, as renames) ([]change, int) {
 			keys = append(keys, k)
 		}
 	}
+	order := suite.Order()
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
-		if a.backend != b.backend {
-			return a.backend < b.backend
-		}
-		if a.fencing != b.fencing {
-			return !a.fencing
-		}
-		return a.scenario < b.scenario
+		return report.Compare(report.Row{Backend: a.backend, Fencing: a.fencing, Scenario: a.scenario},
+			report.Row{Backend: b.backend, Fencing: b.fencing, Scenario: b.scenario}, order) < 0
 	})
 	var out []change
 	unchanged := 0

@@ -262,7 +262,7 @@ Flags:
 	if strings.TrimSpace(*backends) == "all" {
 		o.backends = local.Names // clusters only when named
 	}
-	if o.scenarios, err = parseList("scenarios", *scenarios, scenarioNames()); err != nil {
+	if o.scenarios, err = parseList("scenarios", *scenarios, suite.Order()); err != nil {
 		return o, err
 	}
 	modes, err := parseList("fencing", *fencing, []string{"off", "on"})
@@ -380,7 +380,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if ran == 0 {
-		report.Sort(rows)
+		report.Sort(rows, suite.Order()...)
 		res.write(rows, "")
 		report.WriteMatrix(stdout, rows)
 		return &usageError{"no backend could run (see the reasons above)"}
@@ -408,7 +408,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report.Sort(rows)
+	report.Sort(rows, suite.Order()...)
 	art.finish(rows, env, specLog, stderr, ctx.Err() != nil)
 	if err := res.finish(rows, cutShort(ctx, rows, res.planned), ctx.Err() == nil && len(findings(rows)) == 0, specLog, stdout); err != nil && ctx.Err() == nil {
 		return err
@@ -447,15 +447,6 @@ func findings(rows []report.Row) []string {
 			}
 			out = append(out, id+", expected "+string(r.Expected)+" ("+r.Reason+")")
 		}
-	}
-	return out
-}
-
-// scenarioNames lists every scenario of the suite, in its order.
-func scenarioNames() []string {
-	var out []string
-	for _, sc := range suite.Scenarios() {
-		out = append(out, sc.Name)
 	}
 	return out
 }

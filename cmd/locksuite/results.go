@@ -16,6 +16,7 @@ import (
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/tempdir"
+	"github.com/locksuite/locksuite/suite"
 )
 
 // results writes the rows as they come in: after each row, --json (the
@@ -56,7 +57,7 @@ func (s *results) add(r report.Row) {
 
 func (s *results) flush() {
 	rows := slices.Clone(s.rows)
-	report.Sort(rows)
+	report.Sort(rows, suite.Order()...)
 	s.write(rows, fmt.Sprintf("Incomplete: %d of %d runs finished by %s; the run was still going, or was cut short there.",
 		len(rows), max(s.planned, len(rows)), time.Now().UTC().Format(time.RFC3339)))
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -90,18 +91,35 @@ type Progress struct {
 	Rejected int // sections the fenced store refused, so far
 }
 
-// Sort orders rows by backend, fencing (off first), then scenario.
-func Sort(rows []Row) {
-	sort.SliceStable(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
-		if a.Backend != b.Backend {
-			return a.Backend < b.Backend
+// Sort orders rows by backend, fencing (off first), then scenario: the
+// scenarios that order names in its order (the suite's table order, so
+// that a matrix's columns read baseline, control, the pause, …), the others
+// after them by name. With no order, scenarios sort by name.
+func Sort(rows []Row, order ...string) {
+	sort.SliceStable(rows, func(i, j int) bool { return Compare(rows[i], rows[j], order) < 0 })
+}
+
+// Compare compares a and b as Sort orders them.
+func Compare(a, b Row, order []string) int {
+	if c := strings.Compare(a.Backend, b.Backend); c != 0 {
+		return c
+	}
+	if a.Fencing != b.Fencing {
+		if a.Fencing {
+			return 1
 		}
-		if a.Fencing != b.Fencing {
-			return !a.Fencing
+		return -1
+	}
+	rank := func(s string) int {
+		if i := slices.Index(order, s); i >= 0 {
+			return i
 		}
-		return a.Scenario < b.Scenario
-	})
+		return len(order)
+	}
+	if c := rank(a.Scenario) - rank(b.Scenario); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Scenario, b.Scenario)
 }
 
 func onOff(b bool) string {

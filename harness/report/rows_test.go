@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -43,5 +44,30 @@ func TestDecodeRows(t *testing.T) {
 	got, _ := DecodeRows(&enc)
 	if got[1].Lost != 3 || got[1].Verdict != Broken || !got[1].Fencing {
 		t.Errorf("round trip: %+v", got[1])
+	}
+}
+
+// TestSortOrder: rows sort by backend, fencing off first, then scenario in
+// the order given, the scenarios it does not name after those, by name.
+func TestSortOrder(t *testing.T) {
+	var rows []Row
+	for _, b := range []string{"redis", "etcd"} {
+		for _, f := range []bool{true, false} {
+			for _, s := range []string{"zeta", "pause", "alpha", "baseline"} {
+				rows = append(rows, Row{Backend: b, Fencing: f, Scenario: s})
+			}
+		}
+	}
+	Sort(rows, "baseline", "pause")
+	var got []string
+	for _, r := range rows[:5] {
+		got = append(got, fmt.Sprintf("%s/%v/%s", r.Backend, r.Fencing, r.Scenario))
+	}
+	want := "etcd/false/baseline etcd/false/pause etcd/false/alpha etcd/false/zeta etcd/true/baseline"
+	if strings.Join(got, " ") != want {
+		t.Errorf("sorted %v, want %s", got, want)
+	}
+	if rows[8].Backend != "redis" {
+		t.Errorf("row 8 is %+v, want redis's first", rows[8])
 	}
 }
