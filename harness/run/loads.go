@@ -204,10 +204,28 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 		grantedAt, wroteAt time.Time
 		errB, faultErr     error
 		bWaited, faultFor  time.Duration
-		bIn, told, struck  bool
+		bIn, struck        bool
+		bGrantedAt, told   time.Time // B's grant; when A's lease said it was lost
+		toldAt             time.Time // written by the watcher of A's Lost
+		toldMu             sync.Mutex
 	)
+	stopWatch := make(chan struct{})
+	defer close(stopWatch)
 	errA := load.Increment(ctx, 0, a, s, rec, 0, load.Hooks{
-		Granted: func(l backends.Lease) { e.lease, grantedAt = l, time.Now() },
+		Granted: func(l backends.Lease) {
+			e.lease, grantedAt = l, time.Now()
+			if n, ok := l.(backends.LossNotifier); ok {
+				go func() {
+					select {
+					case <-n.Lost():
+						toldMu.Lock()
+						toldAt = time.Now()
+						toldMu.Unlock()
+					case <-stopWatch:
+					}
+				}()
+			}
+		},
 		BeforeWrite: func(ctx context.Context) {
 			defer func() { wroteAt = time.Now() }()
 			start := time.Now()
@@ -235,7 +253,7 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 			go func() {
 				defer wg.Done()
 				defer close(done)
-				errB = load.Increment(bctx, 1, b, s, rec, 0, load.Hooks{})
+				errB = load.Increment(bctx, 1, b, s, rec, 0, load.Hooks{Granted: func(backends.Lease) { bGrantedAt = time.Now() }})
 			}()
 			if hold > 0 {
 				select {
@@ -251,13 +269,9 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 			}
 			bWaited = time.Since(bStart)
 			doHeal()
-			if n, ok := e.lease.(backends.LossNotifier); ok {
-				select {
-				case <-n.Lost():
-					told = true
-				default:
-				}
-			}
+			toldMu.Lock()
+			told = toldAt // what A knew as B's turn ended, before its write
+			toldMu.Unlock()
 		}})
 	wg.Wait()
 	d := time.Since(t0)
@@ -312,11 +326,7 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 		}
 		notes = append(notes, fmt.Sprintf("A wrote %v after its grant (lease %v)", wroteAt.Sub(grantedAt).Round(time.Millisecond), ttl))
 		if _, ok := e.lease.(backends.LossNotifier); ok {
-			if told {
-				notes = append(notes, "A's lease had reported itself lost")
-			} else {
-				notes = append(notes, "A had not been told its lease was lost")
-			}
+			notes = append(notes, toldNote(told, bGrantedAt))
 		}
 		res.Reason = strings.Join(notes, "; ")
 	}
@@ -324,6 +334,24 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 		r.PauseMS = faultFor.Milliseconds()
 		r.Health = health
 	}}, nil
+}
+
+// toldNote says when A's lease reported itself lost (Lost fired: told),
+// against B's grant (bGranted), the moment the service showed that A's
+// lease had run out. Zero times: never told; B never got in.
+func toldNote(told, bGranted time.Time) string {
+	switch {
+	case told.IsZero() && bGranted.IsZero():
+		return "A had not been told its lease was lost"
+	case told.IsZero():
+		return "A had not been told its lease was lost by the end of B's turn"
+	case bGranted.IsZero():
+		return "A's lease had reported itself lost"
+	case told.After(bGranted):
+		return fmt.Sprintf("A was told its lease was lost %v after B got the lock", told.Sub(bGranted).Round(time.Millisecond))
+	default:
+		return fmt.Sprintf("A was told its lease was lost %v before B got the lock", bGranted.Sub(told).Round(time.Millisecond))
+	}
 }
 
 // Failover is the holder case across a failover: A acquires (after the
