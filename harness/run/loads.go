@@ -166,8 +166,9 @@ type Holder struct {
 	// fault and after it heals, into Row.Health.
 	Health bool
 	// Notes explains the run in its reason: when B got in, how long after
-	// its grant A wrote, whether A was told its lease was lost. Without
-	// it, a run where B never got in says only that.
+	// its grant A wrote, when A was told its lease was lost. Without it, a
+	// run where B never got in says only that, and one where B got in says
+	// when A was told (if its lease can tell: backends.LossNotifier).
 	Notes bool
 }
 
@@ -312,6 +313,9 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 		if !h.Notes {
 			if !bIn && res.Verdict == checker.Kept {
 				res.Reason = fmt.Sprintf("the lease did not expire within the %v stall: B waited", hold+window(e, grantedAt))
+			}
+			if _, ok := e.lease.(backends.LossNotifier); ok && bIn {
+				res.Reason = strings.TrimPrefix(res.Reason+"; "+toldNote(told, bGrantedAt), "; ")
 			}
 			return
 		}
