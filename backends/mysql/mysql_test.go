@@ -15,6 +15,7 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
 // dsn is the server the tests use: MYSQL_URL (a DSN) if set, else a
@@ -228,11 +229,8 @@ func TestAuthAndTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := servers.StartMariaDB(ctx, servers.WithAuth(), servers.WithTLS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() }) // after the lockers' cleanup
+	// Stopped after the lockers' cleanup.
+	s := servertest.Start(t, ctx, servers.StartMariaDB, servers.WithAuth(), servers.WithTLS())
 	tc, err := s.Secrets().ClientTLS()
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
 // url is the server the tests use: NATS_URL if set, else a server the
@@ -311,11 +312,8 @@ func TestClusterFailover(t *testing.T) {
 // proxy too (Addr: TLS still verifies the URL's host); a wrong password is
 // refused at once.
 func TestAuthAndTLS(t *testing.T) {
-	s, err := servers.StartNATS(context.Background(), servers.WithAuth(), servers.WithTLS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() }) // after the lockers' cleanup
+	// Stopped after the lockers' cleanup.
+	s := servertest.Start(t, context.Background(), servers.StartNATS, servers.WithAuth(), servers.WithTLS())
 	tc, err := s.Secrets().ClientTLS()
 	if err != nil {
 		t.Fatal(err)
