@@ -198,6 +198,11 @@ type group struct {
 	dir     string
 	members []*Member
 	once    sync.Once
+	// healthy is the cluster's Healthy, which Restart waits for; grace is
+	// how long Stop lets a member end on SIGTERM before it kills it. A
+	// cluster with a Restart and a Stop of its own leaves them unset.
+	healthy func(context.Context) error
+	grace   time.Duration
 }
 
 // Members are the cluster's server processes, in a fixed order.
@@ -219,6 +224,18 @@ func (g *group) restart(ctx context.Context, timeout time.Duration, healthy func
 		return err
 	}
 	return faults.WaitHealthy(ctx, timeout, healthy)
+}
+
+// Restart runs every killed server again and waits, up to a minute, until
+// the cluster is healthy.
+func (g *group) Restart(ctx context.Context) error {
+	return g.restart(ctx, 60*time.Second, g.healthy)
+}
+
+// Stop ends every server and removes the cluster's directory.
+func (g *group) Stop() error {
+	g.stop(syscall.SIGTERM, g.grace, nil)
+	return nil
 }
 
 // stop, once: runs first (if not nil), ends every member (sig, then

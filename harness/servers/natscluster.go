@@ -106,7 +106,8 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &NATSCluster{group: group{dir: dir}, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
+	s := &NATSCluster{group: group{dir: dir, grace: 5 * time.Second}, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
+	s.healthy = s.Healthy
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
@@ -196,13 +197,3 @@ func (s *NATSCluster) Healthy(ctx context.Context) error {
 // bucket's own stream has a leader of its own, which may be another
 // server).
 func (s *NATSCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
-
-func (s *NATSCluster) Restart(ctx context.Context) error {
-	return s.restart(ctx, 60*time.Second, s.Healthy)
-}
-
-// Stop ends every server and removes the cluster's directory.
-func (s *NATSCluster) Stop() error {
-	s.stop(syscall.SIGTERM, 5*time.Second, nil)
-	return nil
-}
