@@ -2,11 +2,13 @@ package servers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -161,6 +163,43 @@ func running(ms []*Member) ([]*Member, error) {
 		return nil, errors.New("no member is running")
 	}
 	return out, nil
+}
+
+// serveMember makes this process a cluster member when it was started as
+// one (etcdcluster.go's init says why members re-run this binary): when
+// the variable env is set, it decodes the member's spec from it (JSON),
+// runs serve and exits with its status (2 for a bad spec). Otherwise it
+// returns at once.
+func serveMember[S any](env, what string, serve func(S) int) {
+	v := os.Getenv(env)
+	if v == "" {
+		return
+	}
+	var s S
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		fmt.Fprintf(os.Stderr, "%s member: bad %s: %v\n", what, env, err)
+		os.Exit(2)
+	}
+	os.Exit(serve(s))
+}
+
+// startSelfMember starts, with start (spawn.Start, or Node.Start), this
+// binary again as the member name of spec (in the variable env; see
+// serveMember), its directory and its log in dir (as startMemberProc).
+func startSelfMember(start func(*exec.Cmd) error, name, dir, env string, spec any) (*proc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(spec)
+	return startMemberProcWith(start, name, dir, []string{env + "=" + string(b)}, exe)
+}
+
+// stopSignal receives the SIGTERM (or SIGINT) that ends a member process.
+func stopSignal() <-chan os.Signal {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	return sig
 }
 
 // startMemberProc is startProc with extra environment: argv[0] is run with env
