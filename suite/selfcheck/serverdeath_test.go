@@ -11,6 +11,7 @@ import (
 	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // TestServerDiesMidRun kills (SIGKILL) the lock's server, then the counter
@@ -34,11 +35,7 @@ func TestServerDiesMidRun(t *testing.T) {
 			pg := servertest.Start(t, ctx, servers.StartPostgres)
 			t.Setenv("REDIS_URL", "redis://"+r.Endpoint()+"/0")
 			t.Setenv("DATABASE_URL", pg.Endpoint())
-			env, err := local.Start(ctx, []string{"redis"}, local.WithStore("postgres"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer env.Close()
+			env := localtest.Start(t, ctx, []string{"redis"}, local.WithStore("postgres"))
 			victim := r.Pid()
 			if tc.name == "postgres" {
 				victim = pg.Pid()
