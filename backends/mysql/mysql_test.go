@@ -91,14 +91,7 @@ func TestTerminate(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := lockertest.Acquire(t, b, 500*time.Millisecond)
-	select {
-	case <-sa.(backends.LossNotifier).Lost():
-	case <-time.After(3 * time.Second):
-		t.Error("Lost did not fire after KILL")
-	}
-	if err := sa.Release(context.Background()); err != nil {
-		t.Errorf("Release after KILL: %v", err)
-	}
+	lockertest.LostThenRelease(t, sa, 3*time.Second, "after KILL")
 	if h := holder(t, openDB(t), key); h != sb.(*lease).id {
 		t.Errorf("lock held by %d, want B's %d", h, sb.(*lease).id)
 	}
@@ -271,13 +264,6 @@ func TestCutConnection(t *testing.T) {
 		t.Errorf("the lock was free only %v after the cut: wait_timeout, not the cut, freed it", d)
 	}
 	p.Heal()
-	select {
-	case <-sa.(backends.LossNotifier).Lost():
-	case <-time.After(5 * time.Second):
-		t.Error("Lost did not fire after the cut")
-	}
-	if err := sa.Release(context.Background()); err != nil {
-		t.Errorf("Release after the cut: %v", err)
-	}
+	lockertest.LostThenRelease(t, sa, 5*time.Second, "after the cut")
 	sb.Release(context.Background())
 }

@@ -286,14 +286,7 @@ func TestClusterFailover(t *testing.T) {
 	if sb.Fence() <= sa.Fence() {
 		t.Errorf("fence %d after %d", sb.Fence(), sa.Fence())
 	}
-	select {
-	case <-sa.Lost():
-	case <-time.After(5 * time.Second):
-		t.Error("A's Lost did not fire")
-	}
-	if err := sa.Release(ctx); err != nil {
-		t.Errorf("late Release: %v", err)
-	}
+	lockertest.LostThenRelease(t, sa, 5*time.Second, "after the leader's kill")
 	e, err := sb.(*lease).kv.Get(ctx, sb.(*lease).l.key)
 	if err != nil || string(e.Value()) != string(sb.(*lease).value) {
 		t.Errorf("after A's late Release: %v %v, want B's value", e, err)
