@@ -210,13 +210,8 @@ func TestClusterFailover(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	t0 := time.Now()
-	c, err := servers.StartNATSCluster(ctx, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop() }) // after the lockers' cleanup
-	t.Logf("cluster healthy in %v", time.Since(t0).Round(time.Millisecond))
+	// Stopped after the lockers' cleanup.
+	c := servertest.Cluster(t, ctx, servers.StartNATSCluster, 3)
 	key := t.Name()
 	mk := func(cleanup bool) backends.Locker {
 		l, err := New(Config{URL: c.Endpoint(), Key: key, Replicas: 3})

@@ -506,13 +506,7 @@ func TestEnsembleFailover(t *testing.T) {
 	needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	t0 := time.Now()
-	c, err := servers.StartZooKeeperEnsemble(ctx, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	t.Logf("ensemble healthy in %v", time.Since(t0).Round(time.Millisecond))
+	c := servertest.Cluster(t, ctx, servers.StartZooKeeperEnsemble, 3)
 	mk := func() backends.Locker {
 		l, err := zookeeper.New(zookeeper.Config{Servers: c.Addrs(), Key: key(t), Lease: lease200})
 		if err != nil {

@@ -4,6 +4,7 @@ package servertest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/locksuite/locksuite/harness/servers"
 )
@@ -20,4 +21,19 @@ func Start[S interface{ Stop() error }](t testing.TB, ctx context.Context, start
 	}
 	t.Cleanup(func() { s.Stop() })
 	return s
+}
+
+// Cluster starts an n-member cluster with start (servers.StartNATSCluster,
+// servers.StartZooKeeperEnsemble, ...) as Start starts a server, and logs
+// how long it took to be healthy.
+func Cluster[C interface{ Stop() error }](t testing.TB, ctx context.Context, start func(context.Context, int) (C, error), n int) C {
+	t.Helper()
+	t0 := time.Now()
+	c, err := start(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	t.Logf("cluster healthy in %v", time.Since(t0).Round(time.Millisecond))
+	return c
 }
