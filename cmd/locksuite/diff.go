@@ -74,6 +74,11 @@ type diffKey struct {
 	scenario string
 }
 
+// row is a Row of k's cell, to order keys as a report orders rows.
+func (k diffKey) row() report.Row {
+	return report.Row{Backend: k.backend, Fencing: k.fencing, Scenario: k.scenario}
+}
+
 // change is one key's comparison.
 type change struct {
 	key        diffKey
@@ -203,16 +208,7 @@ func compareAll(old, new []report.Row, as renames) ([]change, int) {
 			keys = append(keys, k)
 		}
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.backend != b.backend {
-			return a.backend < b.backend
-		}
-		if a.fencing != b.fencing {
-			return !a.fencing
-		}
-		return a.scenario < b.scenario
-	})
+	sort.Slice(keys, func(i, j int) bool { return report.Before(keys[i].row(), keys[j].row()) })
 	var out []change
 	unchanged := 0
 	for _, k := range keys {

@@ -90,18 +90,21 @@ type Progress struct {
 	Rejected int // sections the fenced store refused, so far
 }
 
-// Sort orders rows by backend, fencing (off first), then scenario.
+// Sort orders rows by Before.
 func Sort(rows []Row) {
-	sort.SliceStable(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
-		if a.Backend != b.Backend {
-			return a.Backend < b.Backend
-		}
-		if a.Fencing != b.Fencing {
-			return !a.Fencing
-		}
-		return a.Scenario < b.Scenario
-	})
+	sort.SliceStable(rows, func(i, j int) bool { return Before(rows[i], rows[j]) })
+}
+
+// Before reports whether a's cell comes before b's in a report: by
+// backend, fencing (off first), then scenario.
+func Before(a, b Row) bool {
+	if a.Backend != b.Backend {
+		return a.Backend < b.Backend
+	}
+	if a.Fencing != b.Fencing {
+		return !a.Fencing
+	}
+	return a.Scenario < b.Scenario
 }
 
 func onOff(b bool) string {
