@@ -15,6 +15,7 @@ import (
 	"github.com/locksuite/locksuite/fencing/etcdstore"
 	"github.com/locksuite/locksuite/fencing/pgstore"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
 // TestStores runs the same table against a real Postgres and a real
@@ -26,11 +27,7 @@ func TestStores(t *testing.T) {
 	}
 	ctx := context.Background()
 	pool := startPostgres(t)
-	et, err := servers.StartEtcd(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer et.Stop()
+	et := servertest.Start(t, ctx, servers.StartEtcd)
 	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{et.Endpoint()}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -164,11 +161,7 @@ func TestPostgresRefusesForeignTable(t *testing.T) {
 // both end with t.
 func startPostgres(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pg, err := servers.StartPostgres(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pg.Stop() })
+	pg := servertest.Start(t, context.Background(), servers.StartPostgres)
 	pool, err := pgxpool.New(context.Background(), pg.Endpoint())
 	if err != nil {
 		t.Fatal(err)

@@ -9,13 +9,12 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/jackc/pgx/v5"
-	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // TestSharedServers seeds each backend with data that is not the suite's,
@@ -27,25 +26,10 @@ func TestSharedServers(t *testing.T) {
 	// The four adapters, and the lock libraries on the same servers
 	// (redsync-3 needs servers of its own).
 	names := append(slices.Clone(local.Names), "consul-lock", "etcd-mutex", "pg-xact", "redsync")
-	env, err := local.Start(ctx, names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	vars := map[string]string{}
-	for _, kv := range env.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
+	env := localtest.Start(t, ctx, names)
+	vars := localtest.Vars(env)
 
-	ro, _ := goredis.ParseURL(vars["REDIS_URL"])
-	rc := goredis.NewClient(ro)
-	defer rc.Close()
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{vars["ETCDCTL_ENDPOINTS"]}, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ec.Close()
+	rc, ec := localtest.Redis(t, env), localtest.Etcd(t, env)
 	ccfg := consulapi.DefaultConfig()
 	ccfg.Address = vars["CONSUL_HTTP_ADDR"]
 	cc, _ := consulapi.NewClient(ccfg)

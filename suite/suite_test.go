@@ -12,6 +12,7 @@ import (
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // TestSuite runs every spec on the four real backends, which the harness
@@ -30,11 +31,7 @@ func TestSuite(t *testing.T) {
 	if _, isWorker, _ := worker.FromEnv(); !isWorker { // a worker exits without cleaning up
 		artifacts = t.TempDir()
 	}
-	env, err := local.Start(context.Background(), local.Names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env := localtest.Start(t, context.Background(), local.Names)
 	for n, err := range env.Unavailable {
 		t.Errorf("%s: %v", n, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
 // dsn is the server the tests use: MYSQL_URL (a DSN) if set, else a
@@ -90,14 +91,7 @@ func TestTerminate(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb := lockertest.Acquire(t, b, 500*time.Millisecond)
-	select {
-	case <-sa.(backends.LossNotifier).Lost():
-	case <-time.After(3 * time.Second):
-		t.Error("Lost did not fire after KILL")
-	}
-	if err := sa.Release(context.Background()); err != nil {
-		t.Errorf("Release after KILL: %v", err)
-	}
+	lockertest.LostThenRelease(t, sa, 3*time.Second, "after KILL")
 	if h := holder(t, openDB(t), key); h != sb.(*lease).id {
 		t.Errorf("lock held by %d, want B's %d", h, sb.(*lease).id)
 	}
@@ -228,11 +222,8 @@ func TestAuthAndTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := servers.StartMariaDB(ctx, servers.WithAuth(), servers.WithTLS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() }) // after the lockers' cleanup
+	// Stopped after the lockers' cleanup.
+	s := servertest.Start(t, ctx, servers.StartMariaDB, servers.WithAuth(), servers.WithTLS())
 	tc, err := s.Secrets().ClientTLS()
 	if err != nil {
 		t.Fatal(err)
@@ -273,13 +264,6 @@ func TestCutConnection(t *testing.T) {
 		t.Errorf("the lock was free only %v after the cut: wait_timeout, not the cut, freed it", d)
 	}
 	p.Heal()
-	select {
-	case <-sa.(backends.LossNotifier).Lost():
-	case <-time.After(5 * time.Second):
-		t.Error("Lost did not fire after the cut")
-	}
-	if err := sa.Release(context.Background()); err != nil {
-		t.Errorf("Release after the cut: %v", err)
-	}
+	lockertest.LostThenRelease(t, sa, 5*time.Second, "after the cut")
 	sb.Release(context.Background())
 }

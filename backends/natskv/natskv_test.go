@@ -17,6 +17,7 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
 // url is the server the tests use: NATS_URL if set, else a server the
@@ -209,13 +210,8 @@ func TestClusterFailover(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	t0 := time.Now()
-	c, err := servers.StartNATSCluster(ctx, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop() }) // after the lockers' cleanup
-	t.Logf("cluster healthy in %v", time.Since(t0).Round(time.Millisecond))
+	// Stopped after the lockers' cleanup.
+	c := servertest.Cluster(t, ctx, servers.StartNATSCluster, 3)
 	key := t.Name()
 	mk := func(cleanup bool) backends.Locker {
 		l, err := New(Config{URL: c.Endpoint(), Key: key, Replicas: 3})
@@ -285,14 +281,7 @@ func TestClusterFailover(t *testing.T) {
 	if sb.Fence() <= sa.Fence() {
 		t.Errorf("fence %d after %d", sb.Fence(), sa.Fence())
 	}
-	select {
-	case <-sa.Lost():
-	case <-time.After(5 * time.Second):
-		t.Error("A's Lost did not fire")
-	}
-	if err := sa.Release(ctx); err != nil {
-		t.Errorf("late Release: %v", err)
-	}
+	lockertest.LostThenRelease(t, sa, 5*time.Second, "after the leader's kill")
 	e, err := sb.(*lease).kv.Get(ctx, sb.(*lease).l.key)
 	if err != nil || string(e.Value()) != string(sb.(*lease).value) {
 		t.Errorf("after A's late Release: %v %v, want B's value", e, err)
@@ -311,11 +300,8 @@ func TestClusterFailover(t *testing.T) {
 // proxy too (Addr: TLS still verifies the URL's host); a wrong password is
 // refused at once.
 func TestAuthAndTLS(t *testing.T) {
-	s, err := servers.StartNATS(context.Background(), servers.WithAuth(), servers.WithTLS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() }) // after the lockers' cleanup
+	// Stopped after the lockers' cleanup.
+	s := servertest.Start(t, context.Background(), servers.StartNATS, servers.WithAuth(), servers.WithTLS())
 	tc, err := s.Secrets().ClientTLS()
 	if err != nil {
 		t.Fatal(err)

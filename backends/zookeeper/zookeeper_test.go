@@ -24,6 +24,7 @@ import (
 	"github.com/locksuite/locksuite/backends/zookeeper"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
 // lease200 is the session timeout of the tests: the harness server's floor,
@@ -439,11 +440,7 @@ func TestSecure(t *testing.T) {
 	needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := servers.StartZooKeeper(ctx, servers.WithAuth(), servers.WithTLS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	s := servertest.Start(t, ctx, servers.StartZooKeeper, servers.WithAuth(), servers.WithTLS())
 	sec := s.Secrets()
 	tlsCfg, err := sec.ClientTLS()
 	if err != nil {
@@ -509,13 +506,7 @@ func TestEnsembleFailover(t *testing.T) {
 	needServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	t0 := time.Now()
-	c, err := servers.StartZooKeeperEnsemble(ctx, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	t.Logf("ensemble healthy in %v", time.Since(t0).Round(time.Millisecond))
+	c := servertest.Cluster(t, ctx, servers.StartZooKeeperEnsemble, 3)
 	mk := func() backends.Locker {
 		l, err := zookeeper.New(zookeeper.Config{Servers: c.Addrs(), Key: key(t), Lease: lease200})
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
 // TestBadCredentialsMySQLNATS: a MYSQL_URL or NATS_URL with a wrong or
@@ -20,16 +21,8 @@ func TestBadCredentialsMySQLNATS(t *testing.T) {
 		t.Skip("starts real servers")
 	}
 	ctx := context.Background()
-	my, err := servers.StartMariaDB(ctx, servers.WithAuth())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer my.Stop()
-	nt, err := servers.StartNATS(ctx, servers.WithAuth())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nt.Stop()
+	my := servertest.Start(t, ctx, servers.StartMariaDB, servers.WithAuth())
+	nt := servertest.Start(t, ctx, servers.StartNATS, servers.WithAuth())
 	const wrong = "wrongpw0123456789"
 	myPass := my.Secrets().Password
 	natsUser, natsPass := nt.Secrets().User, nt.Secrets().Password

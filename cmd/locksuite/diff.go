@@ -75,6 +75,11 @@ type diffKey struct {
 	scenario string
 }
 
+// row is a Row of k's cell, to order keys as a report orders rows.
+func (k diffKey) row() report.Row {
+	return report.Row{Backend: k.backend, Fencing: k.fencing, Scenario: k.scenario}
+}
+
 // change is one key's comparison.
 type change struct {
 	key        diffKey
@@ -205,11 +210,7 @@ func compareAll(old, new []report.Row, as renames) ([]change, int) {
 		}
 	}
 	order := suite.Order()
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		return report.Compare(report.Row{Backend: a.backend, Fencing: a.fencing, Scenario: a.scenario},
-			report.Row{Backend: b.backend, Fencing: b.fencing, Scenario: b.scenario}, order) < 0
-	})
+	sort.Slice(keys, func(i, j int) bool { return report.Compare(keys[i].row(), keys[j].row(), order) < 0 })
 	var out []change
 	unchanged := 0
 	for _, k := range keys {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite/local"
 )
 
@@ -125,26 +126,10 @@ func TestWrongServer(t *testing.T) {
 		t.Skip("starts real servers")
 	}
 	ctx := context.Background()
-	pg, err := servers.StartPostgres(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Stop()
-	et, err := servers.StartEtcd(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer et.Stop()
-	rd, err := servers.StartRedis(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Stop()
-	co, err := servers.StartConsul(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer co.Stop()
+	pg := servertest.Start(t, ctx, servers.StartPostgres)
+	et := servertest.Start(t, ctx, servers.StartEtcd)
+	rd := servertest.Start(t, ctx, servers.StartRedis)
+	co := servertest.Start(t, ctx, servers.StartConsul)
 	pgAddr := strings.TrimPrefix(strings.Split(pg.Endpoint(), "/")[2], "locksuite@")
 	for _, tc := range []struct {
 		backend, env, value, want string

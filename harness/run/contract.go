@@ -152,12 +152,7 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 				return Outcome{}, err
 			}
 		}
-		bctx, cancel := context.WithTimeout(ctx, e.StallBound())
-		askedB := rec.Now()
-		lb, err := load.Acquire(bctx, b)
-		startB := rec.Now()
-		cancel()
-		_ = heal()
+		lb, askedB, startB, err := e.takeover(ctx, b, heal)
 		switch {
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, load.ErrIgnoredContext):
 			notes = append(notes, fmt.Sprintf("Release of an expired lease not checked: A's lease did not expire in %v while A stalled", e.StallBound()))

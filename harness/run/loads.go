@@ -526,12 +526,7 @@ func (ReleaseProbe) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, e
 		_ = la.Release(ctx)
 		return Outcome{}, err
 	}
-	bctx, cancel := context.WithTimeout(ctx, e.StallBound())
-	askedB := rec.Now()
-	lb, err := load.Acquire(bctx, b)
-	startB := rec.Now()
-	cancel()
-	_ = heal()
+	lb, askedB, startB, err := e.takeover(ctx, b, heal)
 	if err != nil {
 		_ = la.Release(ctx)
 		if errors.Is(err, context.DeadlineExceeded) {

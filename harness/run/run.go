@@ -236,6 +236,19 @@ func (e *Env) StallBound() time.Duration {
 	return 30 * time.Second
 }
 
+// takeover is B's Acquire while its holder stalls (a fault struck; heal
+// undoes it): bounded by StallBound, asked and granted at the recorder's
+// times asked and start. The fault is healed once Acquire returns.
+func (e *Env) takeover(ctx context.Context, b backends.Locker, heal func() error) (lb backends.Lease, asked, start time.Duration, err error) {
+	bctx, cancel := context.WithTimeout(ctx, e.StallBound())
+	asked = e.Rec.Now()
+	lb, err = load.Acquire(bctx, b)
+	start = e.Rec.Now()
+	cancel()
+	_ = heal()
+	return lb, asked, start, err
+}
+
 // Lease0 is client 0's lease while it holds one (set by the holder
 // loads), for a fault that needs it (faults.SessionKill).
 func (e *Env) Lease0() backends.Lease { return e.lease }

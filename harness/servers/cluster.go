@@ -2,11 +2,13 @@ package servers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -163,6 +165,43 @@ func running(ms []*Member) ([]*Member, error) {
 	return out, nil
 }
 
+// serveMember makes this process a cluster member when it was started as
+// one (etcdcluster.go's init says why members re-run this binary): when
+// the variable env is set, it decodes the member's spec from it (JSON),
+// runs serve and exits with its status (2 for a bad spec). Otherwise it
+// returns at once.
+func serveMember[S any](env, what string, serve func(S) int) {
+	v := os.Getenv(env)
+	if v == "" {
+		return
+	}
+	var s S
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		fmt.Fprintf(os.Stderr, "%s member: bad %s: %v\n", what, env, err)
+		os.Exit(2)
+	}
+	os.Exit(serve(s))
+}
+
+// startSelfMember starts, with start (spawn.Start, or Node.Start), this
+// binary again as the member name of spec (in the variable env; see
+// serveMember), its directory and its log in dir (as startMemberProc).
+func startSelfMember(start func(*exec.Cmd) error, name, dir, env string, spec any) (*proc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(spec)
+	return startMemberProcWith(start, name, dir, []string{env + "=" + string(b)}, exe)
+}
+
+// stopSignal receives the SIGTERM (or SIGINT) that ends a member process.
+func stopSignal() <-chan os.Signal {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	return sig
+}
+
 // startMemberProc is startProc with extra environment: argv[0] is run with env
 // added to this process's environment, output in dir/name.log (appended to,
 // so that a restarted member's log keeps the earlier run's).
@@ -198,6 +237,11 @@ type group struct {
 	dir     string
 	members []*Member
 	once    sync.Once
+	// healthy is the cluster's Healthy, which Restart waits for; grace is
+	// how long Stop lets a member end on SIGTERM before it kills it. A
+	// cluster with a Restart and a Stop of its own leaves them unset.
+	healthy func(context.Context) error
+	grace   time.Duration
 }
 
 // Members are the cluster's server processes, in a fixed order.
@@ -219,6 +263,18 @@ func (g *group) restart(ctx context.Context, timeout time.Duration, healthy func
 		return err
 	}
 	return faults.WaitHealthy(ctx, timeout, healthy)
+}
+
+// Restart runs every killed server again and waits, up to a minute, until
+// the cluster is healthy.
+func (g *group) Restart(ctx context.Context) error {
+	return g.restart(ctx, 60*time.Second, g.healthy)
+}
+
+// Stop ends every server and removes the cluster's directory.
+func (g *group) Stop() error {
+	g.stop(syscall.SIGTERM, g.grace, nil)
+	return nil
 }
 
 // stop, once: runs first (if not nil), ends every member (sig, then

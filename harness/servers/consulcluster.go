@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -53,7 +52,8 @@ func StartConsulClusterOn(ctx context.Context, h *Hosts, n int) (*ConsulCluster,
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "free loopback ports and a writable temporary directory"}
 	}
-	s := &ConsulCluster{group: group{dir: dir}, raft: map[string]*Member{}, clients: map[*Member]*api.Client{}}
+	s := &ConsulCluster{group: group{dir: dir, grace: 3 * time.Second}, raft: map[string]*Member{}, clients: map[*Member]*api.Client{}}
+	s.healthy = s.Healthy
 	var join []string
 	for i := range n {
 		join = append(join, fmt.Sprintf("%q", net.JoinHostPort(h.host(i), strconv.Itoa(ports[4*i+1]))))
@@ -159,13 +159,3 @@ func (s *ConsulCluster) Healthy(ctx context.Context) error {
 }
 
 func (s *ConsulCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
-
-func (s *ConsulCluster) Restart(ctx context.Context) error {
-	return s.restart(ctx, 60*time.Second, s.Healthy)
-}
-
-// Stop ends every server and removes the cluster's directory.
-func (s *ConsulCluster) Stop() error {
-	s.stop(syscall.SIGTERM, 3*time.Second, nil)
-	return nil
-}

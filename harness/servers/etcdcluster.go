@@ -5,13 +5,11 @@ import (
 	"net"
 	"strconv"
 
-	"encoding/json"
 	"errors"
 	"fmt"
 	"google.golang.org/grpc"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -45,18 +43,9 @@ type etcdMemberSpec struct {
 // needs no build step, no Go toolchain and no source tree at run time, and
 // the member runs exactly the etcd code the coordinator was built with; a
 // separately built `main` would need all three and a cache to invalidate.
-func init() {
-	if v := os.Getenv(etcdMemberEnv); v != "" {
-		os.Exit(serveEtcdMember(v))
-	}
-}
+func init() { serveMember(etcdMemberEnv, "etcd", serveEtcdMember) }
 
-func serveEtcdMember(v string) int {
-	var s etcdMemberSpec
-	if err := json.Unmarshal([]byte(v), &s); err != nil {
-		fmt.Fprintf(os.Stderr, "etcd member: bad %s: %v\n", etcdMemberEnv, err)
-		return 2
-	}
+func serveEtcdMember(s etcdMemberSpec) int {
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = s.Name, s.Dir
 	cu, err1 := url.Parse(s.Client)
@@ -78,10 +67,8 @@ func serveEtcdMember(v string) int {
 		fmt.Fprintf(os.Stderr, "etcd member %s: %v\n", s.Name, err)
 		return 1
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
-	case <-sig:
+	case <-stopSignal():
 	case err := <-e.Err():
 		fmt.Fprintf(os.Stderr, "etcd member %s: %v\n", s.Name, err)
 	}
@@ -121,10 +108,6 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int) (*EtcdCluster, err
 	if err := h.check("etcd-cluster", n); err != nil {
 		return nil, fail(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fail(err)
-	}
 	ports, dir, err := portsAndDir(2*n, "etcd-cluster")
 	if err != nil {
 		return nil, fail(err)
@@ -141,16 +124,16 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int) (*EtcdCluster, err
 			s.Stop()
 			return nil, fail(err)
 		}
-		spec, _ := json.Marshal(etcdMemberSpec{
+		spec := etcdMemberSpec{
 			Name: name, Dir: filepath.Join(mdir, "data"),
 			Client:         "http://" + net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i])),
 			Peer:           "http://" + net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1])),
 			InitialCluster: strings.Join(initial, ","),
 			Token:          filepath.Base(dir),
-		})
+		}
 		start := h.starter(i)
 		if _, err := s.addOn(name, mdir, h.host(i), ports[2*i], func() (*proc, error) {
-			return startMemberProcWith(start, name, mdir, []string{etcdMemberEnv + "=" + string(spec)}, exe)
+			return startSelfMember(start, name, mdir, etcdMemberEnv, spec)
 		}); err != nil {
 			s.Stop()
 			return nil, fail(err)

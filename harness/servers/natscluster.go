@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
@@ -33,18 +32,9 @@ type natsMemberSpec struct {
 // LOCKSUITE_NATS_MEMBER set: the process serves the embedded NATS server
 // (already linked into every binary that uses this package) until SIGTERM,
 // and never reaches main or the tests; why re-exec, see etcdcluster.go.
-func init() {
-	if v := os.Getenv(natsMemberEnv); v != "" {
-		os.Exit(serveNATSMember(v))
-	}
-}
+func init() { serveMember(natsMemberEnv, "nats", serveNATSMember) }
 
-func serveNATSMember(v string) int {
-	var s natsMemberSpec
-	if err := json.Unmarshal([]byte(v), &s); err != nil {
-		fmt.Fprintf(os.Stderr, "nats member: bad %s: %v\n", natsMemberEnv, err)
-		return 2
-	}
+func serveNATSMember(s natsMemberSpec) int {
 	ns, err := natsserver.NewServer(&natsserver.Options{
 		ServerName: s.Name, Host: "127.0.0.1", Port: s.Port,
 		HTTPHost: "127.0.0.1", HTTPPort: s.HTTPPort,
@@ -59,9 +49,7 @@ func serveNATSMember(v string) int {
 	}
 	ns.ConfigureLogger()
 	ns.Start()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	<-sig
+	<-stopSignal()
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	return 0
@@ -98,15 +86,12 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 	fail := func(err error) error {
 		return &Unavailable{"nats-cluster", err, "free loopback ports and a writable temporary directory"}
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fail(err)
-	}
 	ports, dir, err := portsAndDir(3*n, "nats-cluster")
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &NATSCluster{group: group{dir: dir}, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
+	s := &NATSCluster{group: group{dir: dir, grace: 5 * time.Second}, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
+	s.healthy = s.Healthy
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
@@ -118,10 +103,10 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 			s.Stop()
 			return nil, fail(err)
 		}
-		spec, _ := json.Marshal(natsMemberSpec{Name: name, Dir: filepath.Join(mdir, "jetstream"),
-			Port: ports[3*i], ClusterPort: ports[3*i+1], HTTPPort: ports[3*i+2], Routes: strings.Join(routes, ",")})
+		spec := natsMemberSpec{Name: name, Dir: filepath.Join(mdir, "jetstream"),
+			Port: ports[3*i], ClusterPort: ports[3*i+1], HTTPPort: ports[3*i+2], Routes: strings.Join(routes, ",")}
 		m, err := s.add(name, mdir, ports[3*i], func() (*proc, error) {
-			return startMemberProc(name, mdir, []string{natsMemberEnv + "=" + string(spec)}, exe)
+			return startSelfMember(spawn.Start, name, mdir, natsMemberEnv, spec)
 		})
 		if err != nil {
 			s.Stop()
@@ -196,13 +181,3 @@ func (s *NATSCluster) Healthy(ctx context.Context) error {
 // bucket's own stream has a leader of its own, which may be another
 // server).
 func (s *NATSCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
-
-func (s *NATSCluster) Restart(ctx context.Context) error {
-	return s.restart(ctx, 60*time.Second, s.Healthy)
-}
-
-// Stop ends every server and removes the cluster's directory.
-func (s *NATSCluster) Stop() error {
-	s.stop(syscall.SIGTERM, 5*time.Second, nil)
-	return nil
-}

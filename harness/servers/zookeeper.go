@@ -305,7 +305,8 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 	if err != nil {
 		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
-	s := &ZooKeeperEnsemble{group{dir: dir}}
+	s := &ZooKeeperEnsemble{group{dir: dir, grace: 3 * time.Second}}
+	s.healthy = s.Healthy
 	var peers []string
 	for i := range n {
 		peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
@@ -398,13 +399,3 @@ func (s *ZooKeeperEnsemble) Healthy(ctx context.Context) error {
 }
 
 func (s *ZooKeeperEnsemble) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
-
-func (s *ZooKeeperEnsemble) Restart(ctx context.Context) error {
-	return s.restart(ctx, 60*time.Second, s.Healthy)
-}
-
-// Stop ends every server and removes the ensemble's directory.
-func (s *ZooKeeperEnsemble) Stop() error {
-	s.stop(syscall.SIGTERM, 3*time.Second, nil)
-	return nil
-}

@@ -12,6 +12,7 @@ import (
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // TestKube runs the two Kubernetes backends (local.WhenNamed) once through
@@ -29,11 +30,7 @@ func TestKube(t *testing.T) {
 		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
 	}
 	ctx := context.Background()
-	env, err := local.Start(ctx, local.WhenNamed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env := localtest.Start(t, ctx, local.WhenNamed)
 	for _, n := range local.WhenNamed {
 		if err := env.Unavailable[n]; err != nil {
 			t.Fatalf("%s: %v", n, err)
@@ -52,11 +49,7 @@ func TestKube(t *testing.T) {
 			t.Setenv(k, val)
 		}
 	}
-	worker, err := local.Start(ctx, []string{"k8s-lease"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer worker.Close()
+	worker := localtest.Start(t, ctx, []string{"k8s-lease"})
 	if err := worker.Unavailable["k8s-lease"]; err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +86,7 @@ func TestKube(t *testing.T) {
 	}
 
 	t.Setenv(local.KubeNamespaceEnv, "locksuite-none")
-	none, err := local.Start(ctx, []string{"k8s-lease"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer none.Close()
+	none := localtest.Start(t, ctx, []string{"k8s-lease"})
 	if err := none.Unavailable["k8s-lease"]; err == nil || !strings.Contains(err.Error(), "namespace locksuite-none does not exist") {
 		t.Errorf("a namespace that does not exist: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // TestLibraries runs the lock libraries (local.Libraries, each as the library
@@ -26,11 +27,7 @@ func TestLibraries(t *testing.T) {
 	if v := os.Getenv("LOCKSUITE_LIBRARIES"); v != "" {
 		names = strings.Split(v, ",")
 	}
-	env, err := local.Start(context.Background(), names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env := localtest.Start(t, context.Background(), names)
 	for _, n := range names {
 		if err := env.Unavailable[n]; err != nil {
 			t.Errorf("%s: %v", n, err)

@@ -12,13 +12,11 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/suite"
-	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // badLocker wraps the Redis adapter with a fault of the code under test.
@@ -65,24 +63,8 @@ func TestBadLocker(t *testing.T) {
 		t.Skip("starts real servers")
 	}
 	ctx := context.Background()
-	env, err := local.Start(ctx, []string{"redis"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	vars := map[string]string{}
-	for _, kv := range env.Environ() {
-		k, v, _ := strings.Cut(kv, "=")
-		vars[k] = v
-	}
-	ro, _ := goredis.ParseURL(vars["REDIS_URL"])
-	rc := goredis.NewClient(ro)
-	defer rc.Close()
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{vars["ETCDCTL_ENDPOINTS"]}, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ec.Close()
+	env := localtest.Start(t, ctx, []string{"redis"})
+	rc, ec := localtest.Redis(t, env), localtest.Etcd(t, env)
 
 	base := env.Config("redis", false)
 	base.Duration = time.Second
@@ -147,11 +129,7 @@ func TestBadLocker(t *testing.T) {
 // process of it is left.
 func TestBadLockerInGinkgo(t *testing.T) {
 	if os.Getenv("LOCKSUITE_BAD_GINKGO") == "1" {
-		env, err := local.Start(context.Background(), []string{"redis"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer env.Close()
+		env := localtest.Start(t, context.Background(), []string{"redis"})
 		cfg := env.Config("redis", false)
 		base := cfg.NewLocker
 		cfg.Duration, cfg.Chaos.Duration = time.Second, time.Second

@@ -11,7 +11,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/suite"
-	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // promiseBreaker wraps the Redis adapter and breaks one promise of the
@@ -81,11 +81,7 @@ func TestContract(t *testing.T) {
 		t.Skip("starts real servers")
 	}
 	ctx := context.Background()
-	env, err := local.Start(ctx, []string{"redis"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env := localtest.Start(t, ctx, []string{"redis"})
 	base := env.Config("redis", false)
 	for _, tc := range []struct{ breaks, want string }{
 		{"", ""},

@@ -15,7 +15,7 @@ import (
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/suite"
-	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // delRelease is the Redis lock with the classic release bug: DEL without
@@ -197,11 +197,7 @@ const mutantRuns = 5
 // correct twin is kept every time, so that "broken" does too. The mutation
 // table (mutant, scenario, runs, caught, linearizability) is logged.
 func TestMutantsAreCaught(t *testing.T) {
-	env, err := local.Start(context.Background(), []string{"redis"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env := localtest.Start(t, context.Background(), []string{"redis"})
 	if err := env.Unavailable["redis"]; err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // noAlarmRuns is how many fault-free runs TestNoFalseAlarms makes per
@@ -25,11 +26,7 @@ func TestNoFalseAlarms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real servers")
 	}
-	env, err := local.Start(context.Background(), local.Names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
+	env := localtest.Start(t, context.Background(), local.Names)
 	for n, err := range env.Unavailable {
 		t.Fatalf("%s: %v", n, err)
 	}

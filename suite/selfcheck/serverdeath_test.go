@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
+	"github.com/locksuite/locksuite/suite/local/localtest"
 )
 
 // TestServerDiesMidRun kills (SIGKILL) the lock's server, then the counter
@@ -29,23 +31,11 @@ func TestServerDiesMidRun(t *testing.T) {
 		{"postgres", "the counter store"},
 	} {
 		t.Run(tc.name+" killed", func(t *testing.T) {
-			r, err := servers.StartRedis(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Stop()
-			pg, err := servers.StartPostgres(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pg.Stop()
+			r := servertest.Start(t, ctx, servers.StartRedis)
+			pg := servertest.Start(t, ctx, servers.StartPostgres)
 			t.Setenv("REDIS_URL", "redis://"+r.Endpoint()+"/0")
 			t.Setenv("DATABASE_URL", pg.Endpoint())
-			env, err := local.Start(ctx, []string{"redis"}, local.WithStore("postgres"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer env.Close()
+			env := localtest.Start(t, ctx, []string{"redis"}, local.WithStore("postgres"))
 			victim := r.Pid()
 			if tc.name == "postgres" {
 				victim = pg.Pid()

@@ -124,14 +124,7 @@ func StalledHolder(t *testing.T, s Stalled) []time.Duration {
 			t.Errorf("fence %d after %d", sb.Fence(), sa.Fence())
 		}
 		s.Proxy.Thaw()
-		select {
-		case <-sa.(backends.LossNotifier).Lost():
-		case <-time.After(5 * time.Second):
-			t.Error("Lost did not fire after the lease expired")
-		}
-		if err := sa.Release(context.Background()); err != nil {
-			t.Errorf("late Release: %v", err)
-		}
+		LostThenRelease(t, sa, 5*time.Second, "after the lease expired")
 		if !s.Holds(sb) {
 			t.Error("after A's late Release, B no longer holds the lock")
 		}
@@ -143,6 +136,20 @@ func StalledHolder(t *testing.T, s Stalled) []time.Duration {
 	t.Logf("TTL %v, Expiry %v: the lock was free after the holder's last write, %d runs: min %v median %v max %v",
 		ttl, expiry, len(out), out[0].Round(time.Millisecond), out[len(out)/2].Round(time.Millisecond), out[len(out)-1].Round(time.Millisecond))
 	return out
+}
+
+// LostThenRelease checks a lease that another grant has replaced (after
+// says how): its Lost fires within d, and its late Release returns nil.
+func LostThenRelease(t testing.TB, s backends.Lease, d time.Duration, after string) {
+	t.Helper()
+	select {
+	case <-s.(backends.LossNotifier).Lost():
+	case <-time.After(d):
+		t.Errorf("Lost did not fire within %v %s", d, after)
+	}
+	if err := s.Release(context.Background()); err != nil {
+		t.Errorf("late Release %s: %v", after, err)
+	}
 }
 
 // DialVia is a Config.Dial that sends every connection to p, whatever the

@@ -1,0 +1,39 @@
+// Package servertest starts the harness's servers for tests.
+package servertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/locksuite/locksuite/harness/servers"
+)
+
+// Start starts a server with start (servers.StartRedis, servers.StartPostgres,
+// ...) and opts, failing the test if it cannot, and stops it when the test
+// and its subtests end: after the test's deferred calls, so after the
+// clients a test closes with defer.
+func Start[S interface{ Stop() error }](t testing.TB, ctx context.Context, start func(context.Context, ...servers.Option) (S, error), opts ...servers.Option) S {
+	t.Helper()
+	s, err := start(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s
+}
+
+// Cluster starts an n-member cluster with start (servers.StartNATSCluster,
+// servers.StartZooKeeperEnsemble, ...) as Start starts a server, and logs
+// how long it took to be healthy.
+func Cluster[C interface{ Stop() error }](t testing.TB, ctx context.Context, start func(context.Context, int) (C, error), n int) C {
+	t.Helper()
+	t0 := time.Now()
+	c, err := start(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	t.Logf("cluster healthy in %v", time.Since(t0).Round(time.Millisecond))
+	return c
+}
