@@ -208,7 +208,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.clients, "clients", 3, "concurrent clients in the baseline and the control")
 	fs.StringVar(&o.artifacts, "artifacts", "", "keep every run's history (JSON) and HTML timeline in `DIR`, with the servers' logs and how to reproduce each run (reproduce.txt) (default: none; broken runs are kept anyway, see --keep-broken)")
 	fs.StringVar(&o.keepBroken, "keep-broken", "auto", "when a run comes out broken or unknown, keep its history, timeline, the servers' logs, its seed and the command to reproduce it in `DIR`: auto is a new directory under $TMPDIR, named on stderr; off keeps nothing")
-	fs.StringVar(&o.store, "store", "", "counter store: postgres (the guide's) or etcd (default: postgres when it is among the backends, else the embedded etcd)")
+	fs.StringVar(&o.store, "store", "", "counter store: postgres (as in the pause-testing guide) or etcd (default: postgres when it is among the backends, else the embedded etcd)")
 	fs.DurationVar(&o.interval, "interval", 0, "time between chaos pauses (default 500ms)")
 	fs.IntVar(&o.stallEvery, "stall-every", 0, "every Nth critical section stalls in the stall scenarios (default 10)")
 	fs.DurationVar(&o.longLease, "long-lease", 0, "lease of the long-lease scenario (default 2.5 × --pause)")
