@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/kube/kubetest"
+	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
 )
@@ -20,31 +20,20 @@ import (
 func newLocker(t *testing.T, s servers.Kube, name string, dial func(context.Context, string, string) (net.Conn, error)) *locker {
 	t.Helper()
 	l, err := New(Config{Rest: s.RestConfig(), Namespace: s.Namespace(), Name: name, TTL: time.Second, Dial: dial})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l.(*locker)
+	return lockertest.Managed(t, l, err, false).(*locker)
 }
 
 // TestConfig: the Lease's duration is whole seconds, and a missing field is
 // named.
 func TestConfig(t *testing.T) {
-	for _, tc := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{Namespace: "ns", Name: "n", TTL: 1500 * time.Millisecond}, "whole number of seconds"},
-		{Config{Namespace: "ns", Name: "n", TTL: 500 * time.Millisecond}, "at least 1s"},
-		{Config{Name: "n"}, "Namespace"},
-		{Config{Namespace: "ns"}, "Name"},
-		{Config{Namespace: "ns", Name: "n"}, "Config.Rest is nil"},
-		{Config{Namespace: "ns", Name: "N_1"}, "Lease name"},
-	} {
-		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v): error %v, want one containing %q", tc.cfg, err, tc.want)
-		}
-	}
+	lockertest.Refuses(t, New, []lockertest.Refusal[Config]{
+		{Cfg: Config{Namespace: "ns", Name: "n", TTL: 1500 * time.Millisecond}, Want: "whole number of seconds"},
+		{Cfg: Config{Namespace: "ns", Name: "n", TTL: 500 * time.Millisecond}, Want: "at least 1s"},
+		{Cfg: Config{Name: "n"}, Want: "Namespace"},
+		{Cfg: Config{Namespace: "ns"}, Want: "Name"},
+		{Cfg: Config{Namespace: "ns", Name: "n"}, Want: "Config.Rest is nil"},
+		{Cfg: Config{Namespace: "ns", Name: "N_1"}, Want: "Lease name"},
+	})
 }
 
 // TestExclusiveAndFenced: three clients take the Lease in turn; no two hold

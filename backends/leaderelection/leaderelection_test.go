@@ -3,12 +3,12 @@ package leaderelection
 import (
 	"context"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/kube/kubetest"
+	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
 )
@@ -16,28 +16,17 @@ import (
 func newLocker(t *testing.T, s servers.Kube, name string, ttl time.Duration, dial func(context.Context, string, string) (net.Conn, error)) *locker {
 	t.Helper()
 	l, err := New(Config{Rest: s.RestConfig(), Namespace: s.Namespace(), Name: name, TTL: ttl, Dial: dial})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l.(*locker)
+	return lockertest.Managed(t, l, err, false).(*locker)
 }
 
 // TestConfig: client-go's own checks of the durations are applied by New.
 func TestConfig(t *testing.T) {
-	for _, tc := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{Namespace: "ns", Name: "n", TTL: 1500 * time.Millisecond}, "whole number of seconds"},
-		{Config{Namespace: "ns", Name: "n", TTL: time.Second, RenewDeadline: 2 * time.Second}, "leaseDuration must be greater than renewDeadline"},
-		{Config{Namespace: "ns", Name: "n", TTL: time.Second, RetryPeriod: 600 * time.Millisecond}, "renewDeadline must be greater than retryPeriod"},
-		{Config{Namespace: "ns", Name: "n", TTL: time.Second}, "Config.Rest is nil"},
-	} {
-		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("New(%+v): error %v, want one containing %q", tc.cfg, err, tc.want)
-		}
-	}
+	lockertest.Refuses(t, New, []lockertest.Refusal[Config]{
+		{Cfg: Config{Namespace: "ns", Name: "n", TTL: 1500 * time.Millisecond}, Want: "whole number of seconds"},
+		{Cfg: Config{Namespace: "ns", Name: "n", TTL: time.Second, RenewDeadline: 2 * time.Second}, Want: "leaseDuration must be greater than renewDeadline"},
+		{Cfg: Config{Namespace: "ns", Name: "n", TTL: time.Second, RetryPeriod: 600 * time.Millisecond}, Want: "renewDeadline must be greater than retryPeriod"},
+		{Cfg: Config{Namespace: "ns", Name: "n", TTL: time.Second}, Want: "Config.Rest is nil"},
+	})
 }
 
 // TestExclusiveAndFenced: three electors lead in turn; no two lead at once,

@@ -147,18 +147,11 @@ func TestCloseAndCleanup(t *testing.T) {
 // TestBadConfig: bad input and a wrong server get an error naming the
 // problem in bounded time.
 func TestBadConfig(t *testing.T) {
-	for _, tc := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{URL: url}, "Key is empty"},
-		{Config{URL: url, Key: "k", Lease: -time.Second}, "negative"},
-		{Config{URL: url, Key: "k", Addr: "nope"}, "host:port"},
-	} {
-		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: error %v, want one with %q", tc.cfg, err, tc.want)
-		}
-	}
+	lockertest.Refuses(t, New, []lockertest.Refusal[Config]{
+		{Cfg: Config{URL: url}, Want: "Key is empty"},
+		{Cfg: Config{URL: url, Key: "k", Lease: -time.Second}, Want: "negative"},
+		{Cfg: Config{URL: url, Key: "k", Addr: "nope"}, Want: "host:port"},
+	})
 	for _, tc := range []struct{ lease, ttl time.Duration }{{0, time.Second}, {200 * time.Millisecond, time.Second}, {1500 * time.Millisecond, 2 * time.Second}} {
 		l, err := New(Config{URL: url, Key: "k", Lease: tc.lease})
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,6 +150,24 @@ func LostThenRelease(t testing.TB, s backends.Lease, d time.Duration, after stri
 	}
 	if err := s.Release(context.Background()); err != nil {
 		t.Errorf("late Release %s: %v", after, err)
+	}
+}
+
+// Refusal is a configuration New must refuse, with an error that contains
+// Want.
+type Refusal[C any] struct {
+	Cfg  C
+	Want string
+}
+
+// Refuses checks that newLocker refuses each configuration of cases with
+// an error that contains its Want.
+func Refuses[C any](t *testing.T, newLocker func(C) (backends.Locker, error), cases []Refusal[C]) {
+	t.Helper()
+	for _, tc := range cases {
+		if _, err := newLocker(tc.Cfg); err == nil || !strings.Contains(err.Error(), tc.Want) {
+			t.Errorf("New(%+v): error %v, want one containing %q", tc.Cfg, err, tc.Want)
+		}
 	}
 }
 
