@@ -28,6 +28,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/internal/tlsdial"
 )
 
 // Options describe a session.
@@ -205,27 +206,11 @@ func (s *Session) dial(network, address string, timeout time.Duration) (net.Conn
 func (s *Session) rawDial(network, address string, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var c net.Conn
-	var err error
-	if s.opts.Dial != nil {
-		c, err = s.opts.Dial(ctx, network, address)
-	} else {
-		var d net.Dialer
-		c, err = d.DialContext(ctx, network, address)
+	dial := s.opts.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
 	}
-	if err != nil || s.opts.TLS == nil {
-		return c, err
-	}
-	cfg := s.opts.TLS.Clone()
-	if cfg.ServerName == "" {
-		cfg.ServerName, _, _ = net.SplitHostPort(address)
-	}
-	tc := tls.Client(c, cfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return tc, nil
+	return tlsdial.Wrap(dial, s.opts.TLS)(ctx, network, address)
 }
 
 // sniffer reads the first frame the server sends on a connection, the
