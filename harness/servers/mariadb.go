@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // MariaDB is a throwaway MariaDB server started by StartMariaDB.
@@ -101,7 +103,7 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 		"--auth-root-authentication-method=normal", "--skip-test-db"}, common[1:]...)...)...)
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fail(fmt.Errorf("%s: %v: %s", filepath.Base(installDB), err, tailString(out)), "check that "+installDB+" works")
+		return nil, fail(fmt.Errorf("%s: %v: %s", filepath.Base(installDB), err, spawn.Tail(out, 600)), "check that "+installDB+" works")
 	}
 	port, err := FreePort()
 	if err != nil {
@@ -193,14 +195,6 @@ func (s *MariaDB) setup(ctx context.Context, password string) error {
 func quoteSQL(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `'`, `''`)
 	return "'" + r.Replace(s) + "'"
-}
-
-func tailString(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) > 600 {
-		s = "…" + s[len(s)-600:]
-	}
-	return s
 }
 
 // Stop shuts the server down (SIGTERM: a normal shutdown, which frees

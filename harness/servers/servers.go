@@ -152,14 +152,7 @@ func (p *proc) exited() error {
 	}
 }
 
-func (p *proc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	s := strings.TrimSpace(string(b))
-	if len(s) > 600 {
-		s = "…" + s[len(s)-600:]
-	}
-	return s
-}
+func (p *proc) tail() string { return spawn.LogTail(p.log, 600) }
 
 // stop continues the process group (it may be stopped by a fault), asks it
 // to end with sig, and kills it after grace.

@@ -21,7 +21,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -290,11 +289,4 @@ func (p *Proc) End(grace time.Duration) {
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
 // Log returns the tail of the worker's output, for error messages.
-func (p *Proc) Log() string {
-	b, _ := os.ReadFile(p.log)
-	s := strings.TrimSpace(string(b))
-	if len(s) > 1500 {
-		s = "…" + s[len(s)-1500:]
-	}
-	return s
-}
+func (p *Proc) Log() string { return spawn.LogTail(p.log, 1500) }
