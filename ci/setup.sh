@@ -38,13 +38,14 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# consulbuild_dir prints the harness/consulbuild directory to build Consul in.
-consulbuild_dir() {
+# build_dir prints the directory of the tools module harness/$1, to build $2
+# in; $3 is how to do without it (a variable that names a built binary).
+build_dir() {
   local d
   for d in "${LOCKSUITE_SRC:-}" "$root" "$(go list -m -f '{{.Dir}}' github.com/locksuite/locksuite 2>/dev/null || true)"; do
-    if [ -n "$d" ] && [ -f "$d/harness/consulbuild/go.mod" ]; then echo "$d/harness/consulbuild"; return 0; fi
+    if [ -n "$d" ] && [ -f "$d/harness/$1/go.mod" ]; then echo "$d/harness/$1"; return 0; fi
   done
-  echo "ci/setup.sh: cannot find locksuite's harness/consulbuild to build Consul: check out locksuite and set LOCKSUITE_SRC to it, or set LOCKSUITE_CONSUL to a consul 1.13.x binary" >&2
+  echo "ci/setup.sh: cannot find locksuite's harness/$1 to build $2: check out locksuite and set LOCKSUITE_SRC to it, or set $3" >&2
   return 1
 }
 
@@ -122,22 +123,12 @@ else
   echo "ci/setup.sh: building consul 1.13.9 from source (about 7 minutes, once) into $consul_bin"
   mkdir -p "$(dirname "$consul_bin")"
   start=$SECONDS
-  dir=$(consulbuild_dir)
+  dir=$(build_dir consulbuild Consul "LOCKSUITE_CONSUL to a consul 1.13.x binary")
   (cd "$dir" && go build -trimpath -o "$consul_bin.tmp" github.com/hashicorp/consul)
   mv "$consul_bin.tmp" "$consul_bin"
   echo "ci/setup.sh: consul built in $((SECONDS - start))s"
 fi
 "$consul_bin" version | head -1 2>/dev/null || true
-
-# kubebuild_dir prints the harness/kubebuild directory to build kube-apiserver in.
-kubebuild_dir() {
-  local d
-  for d in "${LOCKSUITE_SRC:-}" "$root" "$(go list -m -f '{{.Dir}}' github.com/locksuite/locksuite 2>/dev/null || true)"; do
-    if [ -n "$d" ] && [ -f "$d/harness/kubebuild/go.mod" ]; then echo "$d/harness/kubebuild"; return 0; fi
-  done
-  echo "ci/setup.sh: cannot find locksuite's harness/kubebuild to build kube-apiserver: check out locksuite and set LOCKSUITE_SRC to it, or set LOCKSUITE_KUBE_APISERVER to a kube-apiserver 1.37.x binary" >&2
-  return 1
-}
 
 kube_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/kube-apiserver-1.37.2"
 if [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ]; then
@@ -149,7 +140,7 @@ else
   echo "ci/setup.sh: building kube-apiserver 1.37.2 from source (about 5 minutes, once) into $kube_bin"
   mkdir -p "$(dirname "$kube_bin")"
   start=$SECONDS
-  dir=$(kubebuild_dir)
+  dir=$(build_dir kubebuild kube-apiserver "LOCKSUITE_KUBE_APISERVER to a kube-apiserver 1.37.x binary")
   # The version variables make /version and the binary's --version say
   # v1.37.2, as a release build does (hack/lib/version.sh sets them).
   v=k8s.io/component-base/version
