@@ -18,15 +18,9 @@ func TestClusters(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		start func(context.Context) (Cluster, string, []int, error)
+		start func(context.Context) (Cluster, string, []int, error) // the cluster, its directory, and its processes that are not Members
 	}{
-		{"etcd-cluster", func(ctx context.Context) (Cluster, string, []int, error) {
-			c, err := StartEtcdCluster(ctx, 3)
-			if err != nil {
-				return nil, "", nil, err
-			}
-			return c, c.dir, nil, nil
-		}},
+		{"etcd-cluster", three(StartEtcdCluster)},
 		{"redis-sentinel", func(ctx context.Context) (Cluster, string, []int, error) {
 			c, err := StartRedisSentinel(ctx)
 			if err != nil {
@@ -38,27 +32,9 @@ func TestClusters(t *testing.T) {
 			}
 			return c, c.dir, pids, nil
 		}},
-		{"zookeeper-ensemble", func(ctx context.Context) (Cluster, string, []int, error) {
-			c, err := StartZooKeeperEnsemble(ctx, 3)
-			if err != nil {
-				return nil, "", nil, err
-			}
-			return c, c.dir, nil, nil
-		}},
-		{"consul-cluster", func(ctx context.Context) (Cluster, string, []int, error) {
-			c, err := StartConsulCluster(ctx, 3)
-			if err != nil {
-				return nil, "", nil, err
-			}
-			return c, c.dir, nil, nil
-		}},
-		{"nats-cluster", func(ctx context.Context) (Cluster, string, []int, error) {
-			c, err := StartNATSCluster(ctx, 3)
-			if err != nil {
-				return nil, "", nil, err
-			}
-			return c, c.dir, nil, nil
-		}},
+		{"zookeeper-ensemble", three(StartZooKeeperEnsemble)},
+		{"consul-cluster", three(StartConsulCluster)},
+		{"nats-cluster", three(StartNATSCluster)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -103,5 +79,19 @@ func TestClusters(t *testing.T) {
 			pids = append(pids, old.Pid())
 			stopGone(t, c, dir, pids...)
 		})
+	}
+}
+
+// three starts a three-member cluster with start, for TestClusters.
+func three[C interface {
+	Cluster
+	directory() string
+}](start func(context.Context, int) (C, error)) func(context.Context) (Cluster, string, []int, error) {
+	return func(ctx context.Context) (Cluster, string, []int, error) {
+		c, err := start(ctx, 3)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return c, c.directory(), nil, nil
 	}
 }
