@@ -11,8 +11,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,53 +155,11 @@ func cleanup(t *testing.T, l backends.Locker) {
 // increase (zk-lock: all 0).
 func TestExclusive(t *testing.T) {
 	forEach(t, func(t *testing.T, k kind) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		const clients, rounds = 4, 5
-		var (
-			holders atomic.Int32
-			mu      sync.Mutex
-			fences  []uint64
-			wg      sync.WaitGroup
-			errs    = make(chan error, clients*rounds)
-		)
-		ls := make([]backends.Locker, clients)
+		ls := make([]backends.Locker, 4)
 		for i := range ls {
 			ls[i] = newLocker(t, k, nil)
 		}
-		for _, l := range ls {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range rounds {
-					lease, err := l.Acquire(ctx)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if n := holders.Add(1); n != 1 {
-						errs <- fmt.Errorf("%d holders at once", n)
-					}
-					mu.Lock()
-					fences = append(fences, lease.Fence())
-					mu.Unlock()
-					time.Sleep(2 * time.Millisecond)
-					holders.Add(-1)
-					if err := lease.Release(ctx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
-		if len(fences) != clients*rounds {
-			t.Fatalf("%d grants, want %d", len(fences), clients*rounds)
-		}
+		fences := lockertest.Turns(t, ls, 5, 2*time.Millisecond)
 		for i := 1; i < len(fences); i++ {
 			if k.fenced && fences[i] <= fences[i-1] || !k.fenced && fences[i] != 0 {
 				t.Fatalf("fence %d (%d) after %d: fences %v", i, fences[i], fences[i-1], fences)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +82,52 @@ func ExclusiveAndFences(t *testing.T, a, b backends.Locker) {
 			t.Errorf("second Release: %v", err)
 		}
 	}
+}
+
+// Turns runs lockers at once, each taking the lock rounds times and holding
+// it for hold each time, and fails the test if two hold it at once or if a
+// grant is missing (an Acquire or a Release failed). It returns the fences
+// in grant order.
+func Turns(t *testing.T, lockers []backends.Locker, rounds int, hold time.Duration) []uint64 {
+	t.Helper()
+	var (
+		inside atomic.Int32
+		mu     sync.Mutex
+		fences []uint64
+		wg     sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				g, err := l.Acquire(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				fences = append(fences, g.Fence())
+				mu.Unlock()
+				time.Sleep(hold)
+				inside.Add(-1)
+				if err := g.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(fences) != len(lockers)*rounds {
+		t.Fatalf("fences %v: %d grants, want %d", fences, len(fences), len(lockers)*rounds)
+	}
+	return fences
 }
 
 // Stalled is what StalledHolder needs to know of the adapter.

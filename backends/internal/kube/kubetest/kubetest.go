@@ -4,8 +4,6 @@ package kubetest
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
 )
@@ -70,42 +69,13 @@ func Holder(l *coordinationv1.Lease) string {
 // fence is 0. It returns the fences in grant order.
 func Exclusive(t *testing.T, clients, rounds int, newLocker func() backends.Locker) []uint64 {
 	t.Helper()
-	var (
-		inside atomic.Int32
-		mu     sync.Mutex
-		fences []uint64
-		wg     sync.WaitGroup
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for range clients {
-		l := newLocker()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				g, err := l.Acquire(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if n := inside.Add(1); n != 1 {
-					t.Errorf("%d holders at once", n)
-				}
-				mu.Lock()
-				fences = append(fences, g.Fence())
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
-				inside.Add(-1)
-				if err := g.Release(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		}()
+	ls := make([]backends.Locker, clients)
+	for i := range ls {
+		ls[i] = newLocker()
 	}
-	wg.Wait()
-	if len(fences) != clients*rounds || fences[0] == 0 {
-		t.Fatalf("fences %v: want %d grants, the first fence 1 or more", fences, clients*rounds)
+	fences := lockertest.Turns(t, ls, rounds, 20*time.Millisecond)
+	if fences[0] == 0 {
+		t.Fatalf("fences %v: want the first fence 1 or more", fences)
 	}
 	for i := 1; i < len(fences); i++ {
 		if fences[i] <= fences[i-1] {
