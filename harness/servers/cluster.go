@@ -343,10 +343,12 @@ func (g *group) eachRunning(check func(*Member) error) error {
 	return nil
 }
 
-// memberDir makes member name's directory in the group's.
-func (g *group) memberDir(name string) (string, error) {
-	dir := filepath.Join(g.dir, name)
-	return dir, os.Mkdir(dir, 0o700)
+// memberDir names member i of a kind (kind-1, kind-2, ...) and makes its
+// directory in the group's.
+func (g *group) memberDir(kind string, i int) (name, dir string, err error) {
+	name = fmt.Sprintf("%s-%d", kind, i+1)
+	dir = filepath.Join(g.dir, name)
+	return name, dir, os.Mkdir(dir, 0o700)
 }
 
 // add runs member name (directory dir, client address 127.0.0.1:port),

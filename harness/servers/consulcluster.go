@@ -59,8 +59,7 @@ func StartConsulClusterOn(ctx context.Context, h *Hosts, n int) (*ConsulCluster,
 		join = append(join, fmt.Sprintf("%q", net.JoinHostPort(h.host(i), strconv.Itoa(ports[4*i+1]))))
 	}
 	for i := range n {
-		name := fmt.Sprintf("consul-%d", i+1)
-		mdir, err := s.memberDir(name)
+		name, mdir, err := s.memberDir("consul", i)
 		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}

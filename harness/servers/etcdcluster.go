@@ -118,8 +118,7 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int) (*EtcdCluster, err
 		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1]))))
 	}
 	for i := range n {
-		name := fmt.Sprintf("etcd-%d", i+1)
-		mdir, err := s.memberDir(name)
+		name, mdir, err := s.memberDir("etcd", i)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)

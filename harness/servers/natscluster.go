@@ -97,8 +97,7 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
 	}
 	for i := range n {
-		name := fmt.Sprintf("nats-%d", i+1)
-		mdir, err := s.memberDir(name)
+		name, mdir, err := s.memberDir("nats", i)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)

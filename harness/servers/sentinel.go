@@ -96,8 +96,7 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions) (*Re
 	}
 	s := &RedisSentinel{group: group{dir: dir}, hosts: h, primary: net.JoinHostPort(h.host(0), strconv.Itoa(ports[0]))}
 	for i := range 2 {
-		name := fmt.Sprintf("redis-%d", i+1)
-		mdir, err := s.memberDir(name)
+		name, mdir, err := s.memberDir("redis", i)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
@@ -130,8 +129,7 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions) (*Re
 		}
 	}
 	for i := range 3 {
-		name := fmt.Sprintf("sentinel-%d", i+1)
-		sdir, err := s.memberDir(name)
+		name, sdir, err := s.memberDir("sentinel", i)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
