@@ -91,19 +91,8 @@ func forEach(t *testing.T, f func(t *testing.T, k kind)) {
 // newLocker makes a client of the test's lock; through proxy p if not nil.
 func newLocker(t *testing.T, k kind, p *faults.Proxy) backends.Locker {
 	t.Helper()
-	var dial func(context.Context, string, string) (net.Conn, error)
-	if p != nil {
-		dial = func(ctx context.Context, network, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, p.Addr())
-		}
-	}
-	l, err := k.new([]string{server.Endpoint()}, dial, key(t), lease200)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
+	l, err := k.new([]string{server.Endpoint()}, lockertest.DialVia(p), key(t), lease200)
+	return lockertest.Managed(t, l, err, false)
 }
 
 // znodes are the lock's sequence znodes now.
@@ -116,15 +105,8 @@ func znodes(t *testing.T, obs *zk.Conn) []string {
 	return kids
 }
 
-func newProxy(t *testing.T) *faults.Proxy {
-	t.Helper()
-	p, err := faults.NewProxy(server.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p
-}
+// newProxy is a fault proxy to the server, closed after the test's Lockers.
+func newProxy(t *testing.T) *faults.Proxy { return lockertest.Proxy(t, server.Endpoint()) }
 
 // observer is a plain session of the test's own, to look at znodes.
 func observer(t *testing.T) *zk.Conn {
