@@ -80,11 +80,16 @@ var kinds = []kind{
 	}, false},
 }
 
-// forEach runs f as a subtest for each adapter.
-func forEach(t *testing.T, f func(t *testing.T, k kind)) {
+// forEach runs f as a subtest for each adapter, with a context that ends
+// after a minute.
+func forEach(t *testing.T, f func(t *testing.T, ctx context.Context, k kind)) {
 	needServer(t)
 	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) { f(t, k) })
+		t.Run(k.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			f(t, ctx, k)
+		})
 	}
 }
 
@@ -136,7 +141,7 @@ func cleanup(t *testing.T, l backends.Locker) {
 // hold it at once, and the fences, in the order of the grants, strictly
 // increase (zk-lock: all 0).
 func TestExclusive(t *testing.T) {
-	forEach(t, func(t *testing.T, k kind) {
+	forEach(t, func(t *testing.T, _ context.Context, k kind) {
 		ls := make([]backends.Locker, 4)
 		for i := range ls {
 			ls[i] = newLocker(t, k, nil)
@@ -158,7 +163,7 @@ func TestExclusive(t *testing.T) {
 // znode alone. Ten runs: the freeze-to-grant times are the expiry floor
 // the README reports (three for zk-lock, whose session is the same).
 func TestStalledHolder(t *testing.T) {
-	forEach(t, func(t *testing.T, k kind) {
+	forEach(t, func(t *testing.T, _ context.Context, k kind) {
 		runs := 10
 		if !k.fenced {
 			runs = 3
@@ -254,9 +259,7 @@ func TestStalledHolder(t *testing.T) {
 // TestTerminate: ending A's session from outside deletes A's znode before
 // Terminate returns, B is granted, and A's Lost fires.
 func TestTerminate(t *testing.T) {
-	forEach(t, func(t *testing.T, k kind) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+	forEach(t, func(t *testing.T, ctx context.Context, k kind) {
 		a, b := newLocker(t, k, nil), newLocker(t, k, nil)
 		la := lockertest.Acquire(t, a, time.Minute)
 		t0 := time.Now()
@@ -297,9 +300,7 @@ func TestTerminate(t *testing.T) {
 // goes, the waiter is granted); Acquire after Close returns ErrClosed;
 // Release is idempotent.
 func TestCancelAndClose(t *testing.T) {
-	forEach(t, func(t *testing.T, k kind) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+	forEach(t, func(t *testing.T, ctx context.Context, k kind) {
 		a, b := newLocker(t, k, nil), newLocker(t, k, nil)
 		lockertest.Acquire(t, a, time.Minute)
 		wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -502,9 +503,7 @@ func TestEnsembleFailover(t *testing.T) {
 // within its session; it reconnects to the same session, is granted when
 // the holder releases, and leaves no znode behind it in the queue.
 func TestWaiterReconnects(t *testing.T) {
-	forEach(t, func(t *testing.T, k kind) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+	forEach(t, func(t *testing.T, ctx context.Context, k kind) {
 		p := newProxy(t)
 		a, b := newLocker(t, k, nil), newLocker(t, k, p)
 		la := lockertest.Acquire(t, a, time.Minute)
