@@ -76,12 +76,7 @@ func (s *Consul) Endpoint() string { return s.addr }
 func (s *Consul) Secrets() Secrets { return s.secrets }
 
 // URL is http://host:port, or https:// WithTLS.
-func (s *Consul) URL() string {
-	if s.tls {
-		return "https://" + s.addr
-	}
-	return "http://" + s.addr
-}
+func (s *Consul) URL() string { return httpURL(s.addr, s.tls) }
 
 // StartConsul starts a Consul agent (-dev: one in-memory server) on free
 // loopback ports with session_ttl_min = "100ms", so that sessions with short

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -15,14 +13,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// Etcd is an etcd server embedded in this process by StartEtcd.
+// Etcd is an etcd server embedded in this process by StartEtcd. Its
+// Secrets' user (WithAuth) is root.
 type Etcd struct {
-	e       *embed.Etcd
-	dir     string
-	addr    string
-	secrets Secrets
-	tls     bool
-	once    sync.Once
+	embedded
+	tls bool
 }
 
 func (s *Etcd) Name() string { return "etcd" }
@@ -31,20 +26,7 @@ func (s *Etcd) Name() string { return "etcd" }
 func (s *Etcd) Endpoint() string { return s.addr }
 
 // URL is the client URL: http://host:port, or https:// WithTLS.
-func (s *Etcd) URL() string {
-	if s.tls {
-		return "https://" + s.addr
-	}
-	return "http://" + s.addr
-}
-
-// Secrets are the root user's password (WithAuth), the test CA and a client
-// certificate (WithTLS).
-func (s *Etcd) Secrets() Secrets { return s.secrets }
-
-// Log is the server's log file, in the directory Stop removes: copy it
-// before Stop to keep it.
-func (s *Etcd) Log() string { return filepath.Join(s.dir, "etcd.log") }
+func (s *Etcd) URL() string { return httpURL(s.addr, s.tls) }
 
 // StartEtcd embeds a single-member etcd server (go.etcd.io/etcd/server/v3
 // embed) on free loopback ports, with a 100 ms heartbeat and a 500 ms election
@@ -68,7 +50,7 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 	cfg.Name = "locksuite"
 	cfg.Dir = dir
 	scheme := "http"
-	s := &Etcd{dir: dir, tls: o.tls}
+	s := &Etcd{embedded: embedded{dir: dir, log: "etcd.log"}, tls: o.tls}
 	if o.tls {
 		certs, err := newPKI(dir, -1, -1)
 		if err != nil {
@@ -87,7 +69,7 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.TickMs, cfg.ElectionMs = 100, 500
 	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{dir + "/etcd.log"}
+	cfg.LogOutputs = []string{s.Log()}
 	cfg.UnsafeNoFsync = true
 	if o.auth {
 		cfg.BcryptCost = 4 // bcrypt.MinCost
@@ -97,7 +79,7 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 		os.RemoveAll(dir)
 		return nil, fail(err)
 	}
-	s.e, s.addr = e, cu.Host
+	s.shutdown, s.addr = e.Close, cu.Host
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
@@ -143,13 +125,5 @@ func (s *Etcd) enableAuth(ctx context.Context) error {
 		return err
 	}
 	s.secrets.User, s.secrets.Password = "root", pw
-	return nil
-}
-
-func (s *Etcd) Stop() error {
-	s.once.Do(func() {
-		s.e.Close()
-		os.RemoveAll(s.dir)
-	})
 	return nil
 }

@@ -5,21 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
 // NATS is a NATS server with JetStream embedded in this process by
-// StartNATS.
-type NATS struct {
-	s       *natsserver.Server
-	dir     string
-	addr    string
-	secrets Secrets
-	once    sync.Once
-}
+// StartNATS. Its Secrets' user (WithAuth) is locksuite.
+type NATS struct{ embedded }
 
 func (s *NATS) Name() string { return "nats-kv" }
 
@@ -39,13 +32,6 @@ func (s *NATS) URL() string {
 	return "nats://" + s.secrets.User + ":" + s.secrets.Password + "@" + s.addr
 }
 
-// Secrets are the user's password (WithAuth), the test CA and a client
-// certificate (WithTLS).
-func (s *NATS) Secrets() Secrets { return s.secrets }
-
-// Log is the server's log file, in the directory Stop removes.
-func (s *NATS) Log() string { return filepath.Join(s.dir, "nats.log") }
-
 // StartNATS embeds a NATS server (github.com/nats-io/nats-server/v2) with
 // JetStream on a free loopback port, its JetStream store in a temporary
 // directory. Nothing to install: the server is linked into this binary.
@@ -63,7 +49,7 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 		return nil, fail(err)
 	}
 	port := ports[0]
-	s := &NATS{dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	s := &NATS{embedded{dir: dir, log: "nats.log", addr: fmt.Sprintf("127.0.0.1:%d", port)}}
 	sopts := &natsserver.Options{
 		ServerName: "locksuite", Host: "127.0.0.1", Port: port,
 		JetStream: true, StoreDir: filepath.Join(dir, "jetstream"),
@@ -94,7 +80,10 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 		return nil, fail(err)
 	}
 	ns.ConfigureLogger()
-	s.s = ns
+	s.shutdown = func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	}
 	ns.Start()
 	deadline := 20 * time.Second
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < deadline {
@@ -109,14 +98,4 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 		return nil, fail(fmt.Errorf("JetStream did not start; see %s", s.Log()))
 	}
 	return s, nil
-}
-
-// Stop shuts the server down and removes its store.
-func (s *NATS) Stop() error {
-	s.once.Do(func() {
-		s.s.Shutdown()
-		s.s.WaitForShutdown()
-		os.RemoveAll(s.dir)
-	})
-	return nil
 }

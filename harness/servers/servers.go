@@ -173,6 +173,45 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 // Pid is the server's process id, for faults that signal it.
 func (p *proc) Pid() int { return p.cmd.Process.Pid }
 
+// httpURL is http://addr, or https://addr with TLS.
+func httpURL(addr string, tls bool) string {
+	if tls {
+		return "https://" + addr
+	}
+	return "http://" + addr
+}
+
+// embedded is what a server embedded in this process shares: its
+// directory (its data and its log), which Stop removes, its client address,
+// its Secrets, and a Stop that shuts it down once.
+type embedded struct {
+	dir      string
+	log      string // the log file's name in dir
+	addr     string // host:port
+	secrets  Secrets
+	shutdown func() // set once the server runs
+	once     sync.Once
+}
+
+// Secrets are the user and password the server requires (WithAuth), the
+// test CA and a client certificate (WithTLS).
+func (s *embedded) Secrets() Secrets { return s.secrets }
+
+// Log is the server's log file, in the directory Stop removes: copy it
+// before Stop to keep it.
+func (s *embedded) Log() string { return filepath.Join(s.dir, s.log) }
+
+// Stop shuts the server down and removes its directory. It is idempotent.
+func (s *embedded) Stop() error {
+	s.once.Do(func() {
+		if s.shutdown != nil {
+			s.shutdown()
+		}
+		os.RemoveAll(s.dir)
+	})
+	return nil
+}
+
 // single is what a one-process server started here shares: its process and
 // log, and a Stop that ends it (sig, then SIGKILL after grace) once and
 // removes its directory.
