@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -135,12 +134,7 @@ func TestCloseAndCleanup(t *testing.T) {
 	if err := l.(backends.Cleaner).Cleanup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Acquire(context.Background()); !errors.Is(err, backends.ErrClosed) {
-		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
-	}
+	lockertest.Closes(t, l)
 	if h := holder(t, db, lockName(key)); h != 0 {
 		t.Errorf("lock still held by %d after Close", h)
 	}

@@ -119,12 +119,7 @@ func TestCloseAndCleanup(t *testing.T) {
 	if v := value(t, key); v != string(s.(*lease).value) {
 		t.Fatalf("hashed key holds %q, want %q", v, s.(*lease).value)
 	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Acquire(context.Background()); !errors.Is(err, backends.ErrClosed) {
-		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
-	}
+	lockertest.Closes(t, l)
 	if v := value(t, key); v != "" {
 		t.Errorf("key still holds %q after Close", v)
 	}

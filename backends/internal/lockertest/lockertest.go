@@ -201,6 +201,18 @@ func LostThenRelease(t testing.TB, s backends.Lease, d time.Duration, after stri
 	}
 }
 
+// Closes closes l, which must return nil and make a later Acquire return
+// ErrClosed.
+func Closes(t *testing.T, l backends.Locker) {
+	t.Helper()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(context.Background()); !errors.Is(err, backends.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+}
+
 // Refusal is a configuration New must refuse, with an error that contains
 // Want.
 type Refusal[C any] struct {
