@@ -124,9 +124,13 @@ func (f *Stop) Inject(context.Context) (func() error, error) {
 
 func (f *Stop) Span() Span { return Span{Lane: f.Lane, Kind: f.Kind, What: f.What} }
 
-// victim is the member a server fault strikes: the leader when the Service
-// can tell, else the first member.
-func victim(ctx context.Context, s Service) (Member, error) {
+// victim is the member a server fault strikes, once the fault applies
+// (its Applies returns nil): the leader when the Service can tell, else the
+// first member.
+func victim(ctx context.Context, f Fault, s Service) (Member, error) {
+	if err := f.Applies(ctx); err != nil {
+		return nil, err
+	}
 	if l, ok := s.(Leaderer); ok {
 		m, err := l.Leader(ctx)
 		if err != nil {
@@ -159,10 +163,7 @@ type ServerStop struct {
 func (f *ServerStop) Applies(context.Context) error { return hasMembers(f.Service, "process to stop") }
 
 func (f *ServerStop) Inject(ctx context.Context) (func() error, error) {
-	if err := f.Applies(ctx); err != nil {
-		return nil, err
-	}
-	m, err := victim(ctx, f.Service)
+	m, err := victim(ctx, f, f.Service)
 	if err != nil {
 		return nil, err
 	}
@@ -196,10 +197,7 @@ func (f *ClockJump) Applies(context.Context) error {
 }
 
 func (f *ClockJump) Inject(ctx context.Context) (func() error, error) {
-	if err := f.Applies(ctx); err != nil {
-		return nil, err
-	}
-	m, err := victim(ctx, f.Service)
+	m, err := victim(ctx, f, f.Service)
 	if err != nil {
 		return nil, err
 	}
