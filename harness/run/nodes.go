@@ -133,11 +133,11 @@ func (e *Env) onNodes(ctx context.Context, clients int, o NodeOptions, via func(
 // was prepared.
 func (e *Env) leaderNode() int { return e.Placed.Members[e.Leader] }
 
-// nodeLoop runs each client's critical sections again and again, trying
-// again after errors (each attempt bounded by attempt), until stop is
-// closed or ctx is done. failed counts each client's attempts that ended
+// nodeLoop runs the critical sections of clients 0 to n-1 again and again,
+// trying again after errors (each attempt bounded by attempt), until stop
+// is closed or ctx is done. failed counts each client's attempts that ended
 // in an error (no grant, or a write that failed), by client id.
-func nodeLoop(ctx context.Context, e *Env, ids []int, stop <-chan struct{}, attempt time.Duration, failed []atomic.Int64) (wait func()) {
+func nodeLoop(ctx context.Context, e *Env, n int, stop <-chan struct{}, attempt time.Duration, failed []atomic.Int64) (wait func()) {
 	lctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -146,28 +146,22 @@ func nodeLoop(ctx context.Context, e *Env, ids []int, stop <-chan struct{}, atte
 		}
 		cancel()
 	}()
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for lctx.Err() == nil {
-				actx, acancel := context.WithTimeout(lctx, attempt)
-				err := load.Increment(actx, id, e.Lockers[id], e.Store, e.Rec, e.Work, load.Hooks{})
-				acancel()
-				if err != nil && !errors.Is(err, fencing.ErrStale) {
-					if lctx.Err() == nil {
-						failed[id].Add(1)
-					}
-					select {
-					case <-lctx.Done():
-					case <-time.After(50 * time.Millisecond):
-					}
-				}
+	waitClients := load.Clients(lctx, e.Lockers[:n], func(id int, l backends.Locker) bool {
+		actx, acancel := context.WithTimeout(lctx, attempt)
+		err := load.Increment(actx, id, l, e.Store, e.Rec, e.Work, load.Hooks{})
+		acancel()
+		if err != nil && !errors.Is(err, fencing.ErrStale) {
+			if lctx.Err() == nil {
+				failed[id].Add(1)
 			}
-		}()
-	}
-	return func() { wg.Wait(); cancel() }
+			select {
+			case <-lctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		return true
+	})
+	return func() { waitClients(); cancel() }
 }
 
 // sleepCtx waits d or until ctx is done.
@@ -307,7 +301,7 @@ func (l *SplitBrain) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, 
 	t0 := e.Now()
 	stop := make(chan struct{})
 	failed := make([]atomic.Int64, 2)
-	wait := nodeLoop(ctx, e, []int{0, 1}, stop, attemptBound, failed)
+	wait := nodeLoop(ctx, e, 2, stop, attemptBound, failed)
 	end := sync.OnceFunc(func() { close(stop); wait() })
 	defer end()
 	sleepCtx(ctx, l.Warm)
@@ -413,7 +407,7 @@ func (l *IsolateLeader) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcom
 	}
 	stop := make(chan struct{})
 	failed := make([]atomic.Int64, 2)
-	wait := nodeLoop(ctx, e, []int{0, 1}, stop, attemptBound, failed)
+	wait := nodeLoop(ctx, e, 2, stop, attemptBound, failed)
 	awaitB(ctx, e, cutAt, recoveryBound)
 	sleepCtx(ctx, l.Hold)
 	failedA := failed[0].Load()
@@ -485,13 +479,9 @@ func (l *PartitionRandom) Planned(*Env) time.Duration {
 
 func (l *PartitionRandom) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, error) {
 	t0 := e.Now()
-	ids := make([]int, l.Clients)
-	for i := range ids {
-		ids[i] = i
-	}
 	stop := make(chan struct{})
 	failed := make([]atomic.Int64, l.Clients)
-	wait := nodeLoop(ctx, e, ids, stop, attemptBound, failed)
+	wait := nodeLoop(ctx, e, l.Clients, stop, attemptBound, failed)
 	sleepCtx(ctx, time.Second)
 	var ferr error
 	for _, f := range l.schedule {
