@@ -49,6 +49,26 @@ build_dir() {
   return 1
 }
 
+# build_once BIN NAME VERSION MINUTES MODULE FIX PACKAGE [FLAGS...] builds
+# PACKAGE (go build FLAGS) in the tools module harness/MODULE into BIN,
+# unless BIN is already there (about MINUTES minutes, once); FIX is how to
+# do without the build (see build_dir).
+build_once() {
+  local bin=$1 name=$2 version=$3 minutes=$4 module=$5 fix=$6 pkg=$7 start dir
+  shift 7
+  if [ -x "$bin" ]; then
+    echo "ci/setup.sh: $name $version cached at $bin"
+    return 0
+  fi
+  echo "ci/setup.sh: building $name $version from source (about $minutes minutes, once) into $bin"
+  mkdir -p "$(dirname "$bin")"
+  start=$SECONDS
+  dir=$(build_dir "$module" "$name" "$fix")
+  (cd "$dir" && go build -trimpath "$@" -o "$bin.tmp" "$pkg")
+  mv "$bin.tmp" "$bin"
+  echo "ci/setup.sh: $name built in $((SECONDS - start))s"
+}
+
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
     echo "ci/setup.sh: need root to run: $*" >&2; return 1; fi
@@ -117,16 +137,8 @@ fi
 consul_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/consul-1.13.9"
 if [ -n "${LOCKSUITE_CONSUL:-}" ]; then
   echo "ci/setup.sh: using LOCKSUITE_CONSUL=$LOCKSUITE_CONSUL"
-elif [ -x "$consul_bin" ]; then
-  echo "ci/setup.sh: consul 1.13.9 cached at $consul_bin"
 else
-  echo "ci/setup.sh: building consul 1.13.9 from source (about 7 minutes, once) into $consul_bin"
-  mkdir -p "$(dirname "$consul_bin")"
-  start=$SECONDS
-  dir=$(build_dir consulbuild Consul "LOCKSUITE_CONSUL to a consul 1.13.x binary")
-  (cd "$dir" && go build -trimpath -o "$consul_bin.tmp" github.com/hashicorp/consul)
-  mv "$consul_bin.tmp" "$consul_bin"
-  echo "ci/setup.sh: consul built in $((SECONDS - start))s"
+  build_once "$consul_bin" consul 1.13.9 7 consulbuild "LOCKSUITE_CONSUL to a consul 1.13.x binary" github.com/hashicorp/consul
 fi
 "$consul_bin" version | head -1 2>/dev/null || true
 
@@ -134,20 +146,11 @@ kube_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/kube-apiserver-1.37.2"
 if [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ]; then
   echo "ci/setup.sh: using LOCKSUITE_KUBE_APISERVER=$LOCKSUITE_KUBE_APISERVER"
   kube_bin=$LOCKSUITE_KUBE_APISERVER
-elif [ -x "$kube_bin" ]; then
-  echo "ci/setup.sh: kube-apiserver 1.37.2 cached at $kube_bin"
 else
-  echo "ci/setup.sh: building kube-apiserver 1.37.2 from source (about 5 minutes, once) into $kube_bin"
-  mkdir -p "$(dirname "$kube_bin")"
-  start=$SECONDS
-  dir=$(build_dir kubebuild kube-apiserver "LOCKSUITE_KUBE_APISERVER to a kube-apiserver 1.37.x binary")
   # The version variables make /version and the binary's --version say
   # v1.37.2, as a release build does (hack/lib/version.sh sets them).
   v=k8s.io/component-base/version
-  (cd "$dir" && go build -trimpath \
-    -ldflags "-X $v.gitVersion=v1.37.2 -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean" \
-    -o "$kube_bin.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-  mv "$kube_bin.tmp" "$kube_bin"
-  echo "ci/setup.sh: kube-apiserver built in $((SECONDS - start))s"
+  build_once "$kube_bin" kube-apiserver 1.37.2 5 kubebuild "LOCKSUITE_KUBE_APISERVER to a kube-apiserver 1.37.x binary" k8s.io/kubernetes/cmd/kube-apiserver \
+    -ldflags "-X $v.gitVersion=v1.37.2 -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean"
 fi
 "$kube_bin" --version 2>/dev/null || true
