@@ -99,10 +99,11 @@ var noFence = map[string]bool{"redsync": true, "redsync-3": true, "consul-lock":
 
 // TestTLSAndAuthLibraries runs the CLI with the baseline and the
 // deterministic pause, fenced and not, on every library backend but
-// leader-election (which TestKube covers) and on zookeeper, against servers
+// leader-election (which TestKube covers) and on zookeeper, then a chaos run
+// (worker processes) on zookeeper, zk-lock and redsync-3, against servers
 // that require authentication and TLS, named only by the variables: every
 // result must be what it is on plain servers, and no password may appear
-// in anything the run printed or wrote.
+// in anything the runs printed or wrote.
 func TestTLSAndAuthLibraries(t *testing.T) {
 	s := securedServers(t)
 	tmp := t.TempDir()
@@ -140,7 +141,25 @@ func TestTLSAndAuthLibraries(t *testing.T) {
 			t.Errorf("%s: %d rows, want 4 (2 scenarios × fencing off, on)", n, seen[n])
 		}
 	}
-	bufs := map[string][]byte{"stdout": stdout.Bytes(), "stderr": stderr.Bytes()}
+	// Chaos workers are processes of their own, which read the variables
+	// again (ZooKeeper's, and redsync-3's shared CA) to reach the servers.
+	// They inherit them here, so this does not tell whether WorkerEnv
+	// carries them: TestCredentialsFromEnv and TestZooKeeperAuthFromEnv do.
+	t0 = time.Now()
+	chaosJSON := filepath.Join(tmp, "chaos.json")
+	code, cout, cerr := runCLI(t, tmp, "run", "--backends", "zookeeper,zk-lock,redsync-3", "--scenarios", "chaos-none", "--fencing", "off",
+		"--chaos-duration", "1s", "--workers", "2", "--json", chaosJSON)
+	t.Logf("chaos run took %v", time.Since(t0).Round(time.Millisecond))
+	rows = nil
+	if b, err := os.ReadFile(chaosJSON); code != 0 || err != nil || json.Unmarshal(b, &rows) != nil || len(rows) != 3 {
+		t.Fatalf("exit %d, %d rows in %s: %v\nstdout:\n%s\nstderr:\n%s", code, len(rows), chaosJSON, err, cout, cerr)
+	}
+	for _, r := range rows {
+		if r.Verdict != report.Kept || r.Workers != 2 || r.Writes == 0 {
+			t.Errorf("%s chaos-none: %s, %d workers, %d writes (%s): want kept, by 2 workers", r.Backend, r.Verdict, r.Workers, r.Writes, r.Reason)
+		}
+	}
+	bufs := map[string][]byte{"stdout": stdout.Bytes(), "stderr": stderr.Bytes(), "chaos stdout": []byte(cout), "chaos stderr": []byte(cerr)}
 	if l := leaks(t, tmp, bufs, secrets); len(l) > 0 {
 		t.Errorf("secrets leaked:\n%s", strings.Join(l, "\n"))
 	}
