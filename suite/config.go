@@ -67,13 +67,15 @@ type Endpoint struct {
 	URL string
 	// Addrs are the servers' host:port, the first server first.
 	Addrs []string
-	// Username and Password, from the variables (etcd's ETCDCTL_USER) or
-	// the URL's user (Redis, NATS, Postgres URLs); empty without.
+	// Username and Password, from the variables (etcd's ETCDCTL_USER,
+	// ZooKeeper's LOCKSUITE_ZOOKEEPER_AUTH) or the URL's user (Redis, NATS,
+	// Postgres URLs); empty without.
 	Username, Password string
 	// Token is Consul's ACL token (CONSUL_HTTP_TOKEN); empty without.
 	Token string
 	// TLS is the TLS configuration to connect with (rediss://, https://,
-	// a CA from LOCKSUITE_REDIS_CACERT, CONSUL_CACERT, ETCDCTL_CACERT);
+	// a CA from LOCKSUITE_REDIS_CACERT, CONSUL_CACERT, ETCDCTL_CACERT,
+	// LOCKSUITE_ZOOKEEPER_CACERT);
 	// nil for plain connections. Clone it before changing it.
 	TLS *tls.Config
 	_   struct{}

@@ -28,6 +28,7 @@ package consullock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -53,6 +54,12 @@ type Config struct {
 	Address string
 	// Token is an ACL token; empty uses CONSUL_HTTP_TOKEN if set.
 	Token string
+	// TLS, if not nil, makes the client speak HTTPS with this
+	// configuration (a copy), as consul.Config.TLS does: RootCAs for the
+	// agent's CA, Certificates for a client certificate; used when Client
+	// is nil. Default nil: what the CONSUL_* variables say (CONSUL_HTTP_SSL,
+	// CONSUL_CACERT, ...), else plain HTTP.
+	TLS *tls.Config
 	// Dial, if not nil, makes every connection to the agent, as
 	// consul.Config.Dial does. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
@@ -101,7 +108,7 @@ func New(cfg Config) (backends.Locker, error) {
 	c := cfg.Client
 	if c == nil {
 		var err error
-		if c, err = consulconn.New("consullock", consulconn.Config{Address: cfg.Address, Token: cfg.Token, Dial: cfg.Dial}); err != nil {
+		if c, err = consulconn.New("consullock", consulconn.Config{Address: cfg.Address, Token: cfg.Token, TLS: cfg.TLS, Dial: cfg.Dial}); err != nil {
 			return nil, err
 		}
 	}

@@ -21,6 +21,7 @@ package etcdmutex
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +44,14 @@ type Config struct {
 	// Endpoints are host:port addresses (as in ETCDCTL_ENDPOINTS); used when
 	// Client is nil.
 	Endpoints []string
+	// TLS, if not nil, is the client's TLS configuration, as in
+	// etcd.Config.TLS (RootCAs: etcdctl's --cacert; Certificates: its
+	// --cert and --key); used when Client is nil. Default nil: plain,
+	// except to https:// endpoints.
+	TLS *tls.Config
+	// Username and Password, if Username is set, are the etcd user the
+	// client authenticates as (etcdctl's --user); used when Client is nil.
+	Username, Password string
 	// Dial, if not nil, makes every connection to the servers, as
 	// etcd.Config.Dial does. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
@@ -69,7 +78,7 @@ func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("etcdmutex", cfg.Key, "the mutex prefix", &cfg.TTL, 60*time.Second, 0, ""); err != nil {
 		return nil, err
 	}
-	c, err := etcdconn.Open("etcdmutex", cfg.Client, cfg.TTL, cfg.Endpoints, nil, "", "", cfg.Dial)
+	c, err := etcdconn.Open("etcdmutex", cfg.Client, cfg.TTL, cfg.Endpoints, cfg.TLS, cfg.Username, cfg.Password, cfg.Dial)
 	if err != nil {
 		return nil, err
 	}

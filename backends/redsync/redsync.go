@@ -16,6 +16,7 @@ package redsync
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,12 @@ type Config struct {
 	// Clients is empty. One entry is the single-instance lock; three or
 	// more independent servers make it Redlock.
 	Addrs []string
+	// TLS, if not nil, is the TLS configuration (a copy) of every Addrs
+	// entry that is a rediss:// URL, instead of the system's roots that
+	// the URL implies: RootCAs for a private CA, Certificates for a client
+	// certificate. An empty ServerName becomes the entry's host. Entries
+	// given as host:port or redis:// stay plain. Default nil.
+	TLS *tls.Config
 	// Dial, if not nil, makes every connection to the servers, as
 	// redis.Config.Dial does. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
@@ -88,6 +95,12 @@ func New(cfg Config) (backends.Locker, error) {
 					return nil, fmt.Errorf("redsync: bad URL %q: %w (expected redis://[user:password@]host:port/db)", a, err)
 				}
 				opts = o
+				if cfg.TLS != nil && o.TLSConfig != nil {
+					opts.TLSConfig = cfg.TLS.Clone()
+					if opts.TLSConfig.ServerName == "" {
+						opts.TLSConfig.ServerName = o.TLSConfig.ServerName // the URL's host
+					}
+				}
 			} else {
 				opts = &goredis.Options{Addr: a}
 			}

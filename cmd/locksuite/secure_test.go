@@ -36,6 +36,7 @@ var shared struct {
 }
 
 func stopSecured() {
+	stopSecuredLibs()
 	if s := shared.s; s != nil {
 		for _, srv := range []servers.Server{s.redis, s.postgres, s.etcd, s.consul} {
 			if srv != nil {

@@ -99,6 +99,12 @@ func FourLetterWord(ctx context.Context, addr, cmd string) (string, error) {
 	return fourLetterWord(ctx, addr, cmd, nil)
 }
 
+// FourLetterWordTLS is FourLetterWord over TLS with cfg (a server's
+// secureClientPort), or plain when cfg is nil.
+func FourLetterWordTLS(ctx context.Context, addr, cmd string, cfg *tls.Config) (string, error) {
+	return fourLetterWord(ctx, addr, cmd, cfg)
+}
+
 // fourLetterWord is FourLetterWord over TLS when cfg is not nil.
 func fourLetterWord(ctx context.Context, addr, cmd string, cfg *tls.Config) (string, error) {
 	var c net.Conn

@@ -34,6 +34,25 @@ import (
 // system's roots are used.
 const RedisCACertEnv = "LOCKSUITE_REDIS_CACERT"
 
+// The suite's own variables for the security settings of a ZooKeeper server
+// the user names (ZOOKEEPER_ADDRS, LOCKSUITE_ZOOKEEPER_ENSEMBLE): ZooKeeper
+// has no client variables of its own.
+const (
+	// ZooKeeperAuthEnv is "user:password" for the digest scheme: the
+	// sessions authenticate with it, and the lock's znodes get an ACL for
+	// that user only (zookeeper.Config.Auth).
+	ZooKeeperAuthEnv = "LOCKSUITE_ZOOKEEPER_AUTH"
+	// ZooKeeperCACertEnv names a PEM file of the CA that signed the
+	// servers' certificates: with it, the clients speak TLS (the servers'
+	// secureClientPort) and trust that CA only.
+	ZooKeeperCACertEnv = "LOCKSUITE_ZOOKEEPER_CACERT"
+	// ZooKeeperCertEnv and ZooKeeperKeyEnv name a client certificate and
+	// its key (PEM), for a server whose ssl.clientAuth is need
+	// (ZooKeeper's default); either one also turns TLS on.
+	ZooKeeperCertEnv = "LOCKSUITE_ZOOKEEPER_CERT"
+	ZooKeeperKeyEnv  = "LOCKSUITE_ZOOKEEPER_KEY"
+)
+
 // conn is how to reach one backend: its endpoint, and the credentials and
 // TLS settings the environment gave for it.
 type conn struct {
@@ -41,8 +60,8 @@ type conn struct {
 	// (redis, etcd), a DSN (postgres; " " for the PG* variables).
 	endpoint string
 	tls      *tls.Config // redis, etcd, consul; nil = plain
-	user     string      // etcd
-	password string      // etcd
+	user     string      // etcd, zookeeper
+	password string      // etcd, zookeeper
 	token    string      // consul
 	// rest and namespace: the Kubernetes API's client configuration and
 	// the namespace of the suite's Leases (kube).
@@ -79,6 +98,78 @@ func redisFromEnv() (*conn, error) {
 				Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
 		}
 		c.tls.RootCAs = pool
+	}
+	return c, nil
+}
+
+// zookeeperFromEnv returns the fromEnv of a ZooKeeper service named by
+// variable v (ZOOKEEPER_ADDRS, LOCKSUITE_ZOOKEEPER_ENSEMBLE): the servers,
+// and the LOCKSUITE_ZOOKEEPER_* security settings.
+func zookeeperFromEnv(name, v string) func() (*conn, error) {
+	return func() (*conn, error) {
+		c := &conn{endpoint: os.Getenv(v)}
+		if c.endpoint == "" {
+			return nil, nil
+		}
+		if a := os.Getenv(ZooKeeperAuthEnv); a != "" {
+			var ok bool
+			c.user, c.password, ok = strings.Cut(a, ":")
+			c.secrets = append(c.secrets, c.password, a)
+			if !ok || c.user == "" {
+				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s is not user:password", ZooKeeperAuthEnv),
+					Fix: "set " + ZooKeeperAuthEnv + "=user:password (the digest scheme's user)"}
+			}
+		}
+		ca, cert, key := os.Getenv(ZooKeeperCACertEnv), os.Getenv(ZooKeeperCertEnv), os.Getenv(ZooKeeperKeyEnv)
+		if ca == "" && cert == "" && key == "" {
+			return c, nil
+		}
+		c.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+		if ca != "" {
+			pool, err := loadCA(ca)
+			if err != nil {
+				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s: %w", ZooKeeperCACertEnv, err), Fix: "set " + ZooKeeperCACertEnv + " to a PEM file of the servers' CA"}
+			}
+			c.tls.RootCAs = pool
+		}
+		if cert != "" || key != "" {
+			kp, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s, %s: %w", ZooKeeperCertEnv, ZooKeeperKeyEnv, err),
+					Fix: "set " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + " to a client certificate and its key (PEM)"}
+			}
+			c.tls.Certificates = []tls.Certificate{kp}
+		}
+		return c, nil
+	}
+}
+
+// zkAuth is the digest scheme's "user:password", or "" without a user.
+func (c *conn) zkAuth() string {
+	if c.user == "" {
+		return ""
+	}
+	return c.user + ":" + c.password
+}
+
+// redisNodesFromEnv reads LOCKSUITE_REDIS_NODES, and LOCKSUITE_REDIS_CACERT
+// for its rediss:// URLs.
+func redisNodesFromEnv() (*conn, error) {
+	c := &conn{endpoint: os.Getenv("LOCKSUITE_REDIS_NODES")}
+	if c.endpoint == "" {
+		return nil, nil
+	}
+	for _, a := range c.addrs() {
+		if o, err := goredis.ParseURL(a); err == nil {
+			c.secrets = append(c.secrets, o.Password)
+		}
+	}
+	if f := os.Getenv(RedisCACertEnv); f != "" && strings.Contains(c.endpoint, "rediss://") {
+		pool, err := loadCA(f)
+		if err != nil {
+			return nil, &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the servers' CA"}
+		}
+		c.tls = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	return c, nil
 }
@@ -512,6 +603,21 @@ func diagnoseNATS(s symptoms) (problem, fix string) {
 }
 
 func diagnoseZooKeeper(s symptoms) (problem, fix string) {
+	switch {
+	case s.has("-124"): // SESSIONCLOSEDREQUIRESASLAUTH: enforce.auth.enabled
+		return "authentication failed: the server requires digest authentication", "set " + ZooKeeperAuthEnv + "=user:password"
+	case s.has("not authenticated"): // NOAUTH on /locksuite
+		return "authentication failed: the suite's znodes (/locksuite) belong to another digest user or password",
+			"set " + ZooKeeperAuthEnv + " to the user:password that made them (the digest scheme takes any password: only the znodes' ACLs tell a wrong one)"
+	case s.has("certificate required", "bad certificate"):
+		return "the server requires a client certificate", "set " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + " to a client certificate and key (PEM) its CA signed"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "set " + ZooKeeperCACertEnv + " to a PEM file of the CA that signed it"
+	case s.plainToTLS():
+		return "server requires TLS", "set " + ZooKeeperCACertEnv + " to a PEM file of the servers' CA (TLS to their secureClientPort)"
+	case s.c.tls != nil && s.has("EOF", "first record does not look like a TLS handshake", "connection reset") && !speaksTLS(s.addr):
+		return "the server does not speak TLS", "unset " + ZooKeeperCACertEnv + ", " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + ", or name the servers' secureClientPort in ZOOKEEPER_ADDRS"
+	}
 	return "", "check ZOOKEEPER_ADDRS (host:port of each server, comma-separated, no chroot), or unset it to let the harness start one"
 }
 

@@ -22,6 +22,7 @@ func TestCredentialsFromEnv(t *testing.T) {
 		"ETCDCTL_USER":       "root:etcdpw",
 		"CONSUL_HTTP_SSL":    "true",
 		"ZOOKEEPER_ADDRS":    "127.0.0.1:2181",
+		ZooKeeperAuthEnv:     "zkuser:zkpw",
 		"MYSQL_URL":          "locksuite:mysqlpw@tcp(127.0.0.1:3306)/locksuite",
 		"NATS_URL":           "nats://127.0.0.1:4222",
 		"UNRELATED_PASSWORD": "not-ours",
@@ -51,6 +52,9 @@ func TestCredentialsFromEnv(t *testing.T) {
 	if et.user != "root" || et.password != "etcdpw" || et.tls == nil {
 		t.Errorf("etcd: user %q password %q TLS %v", et.user, et.password, et.tls)
 	}
+	if z := e.conns["zookeeper"]; z.zkAuth() != "zkuser:zkpw" || !slices.Contains(z.secrets, "zkpw") || z.tls != nil {
+		t.Errorf("zookeeper: auth %q, secrets %q, TLS %v: want the digest user, its password a secret, no TLS", z.zkAuth(), z.secrets, z.tls)
+	}
 	cfg := e.Config("redis", true)
 	env := strings.Join(cfg.WorkerEnv, "\n")
 	for k, v := range vars {
@@ -60,5 +64,31 @@ func TestCredentialsFromEnv(t *testing.T) {
 		} else if k != "UNRELATED_PASSWORD" && !in {
 			t.Errorf("WorkerEnv lacks %s", k)
 		}
+	}
+}
+
+// TestZooKeeperAuthFromEnv: LOCKSUITE_ZOOKEEPER_AUTH must be user:password,
+// and the error says so without printing the value; LOCKSUITE_REDIS_NODES's
+// passwords are secrets.
+func TestZooKeeperAuthFromEnv(t *testing.T) {
+	t.Setenv("ZOOKEEPER_ADDRS", "127.0.0.1:2181")
+	t.Setenv(ZooKeeperAuthEnv, "justapassword")
+	_, err := zookeeperFromEnv("zookeeper", "ZOOKEEPER_ADDRS")()
+	if err == nil || !strings.Contains(err.Error(), ZooKeeperAuthEnv+"=user:password") || strings.Contains(err.Error(), "justapassword") {
+		t.Errorf("%v: want an error naming %s=user:password, without the value", err, ZooKeeperAuthEnv)
+	}
+	t.Setenv("LOCKSUITE_REDIS_NODES", "redis://a:pw1@127.0.0.1:1/0,127.0.0.1:2,redis://:pw3@127.0.0.1:3/0")
+	t.Setenv(RedisCACertEnv, "/nonexistent/ca.pem") // read for rediss:// URLs only
+	r3, _ := serviceOf("redis-3")
+	c, err := r3.named()
+	if err != nil || !slices.Contains(c.secrets, "pw1") || !slices.Contains(c.secrets, "pw3") || c.tls != nil || !slices.Contains(c.env, RedisCACertEnv+"=/nonexistent/ca.pem") {
+		t.Errorf("%+v, %v: want pw1 and pw3 secret, no TLS, and %s for the workers", c, err, RedisCACertEnv)
+	}
+	// A named ensemble takes the same settings, and passes them on.
+	t.Setenv(ZooKeeperAuthEnv, "zkuser:zkpw")
+	t.Setenv("LOCKSUITE_ZOOKEEPER_ENSEMBLE", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+	ens, _ := serviceOf("zookeeper-ensemble")
+	if c, err = ens.named(); err != nil || c.zkAuth() != "zkuser:zkpw" || !slices.Contains(c.env, ZooKeeperAuthEnv+"=zkuser:zkpw") {
+		t.Errorf("zookeeper-ensemble: %+v, %v: want the digest user, passed on", c, err)
 	}
 }

@@ -11,7 +11,11 @@
 //	                   CONSUL_HTTP_SSL, CONSUL_CACERT, ...)
 //	ETCDCTL_ENDPOINTS  comma-separated host:port or URLs       lock, and counter store without Postgres
 //	                   (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER=user:password)
-//	LOCKSUITE_REDIS_NODES  comma-separated host:port or redis:// URLs of independent Redis servers (redsync-3)
+//	LOCKSUITE_REDIS_NODES  comma-separated host:port or redis:// URLs of independent Redis servers (redsync-3;
+//	                   rediss:// and LOCKSUITE_REDIS_CACERT for TLS)
+//	ZOOKEEPER_ADDRS    comma-separated host:port of a ZooKeeper ensemble
+//	                   (LOCKSUITE_ZOOKEEPER_AUTH=user:password, digest; LOCKSUITE_ZOOKEEPER_CACERT
+//	                   for TLS, LOCKSUITE_ZOOKEEPER_CERT and _KEY for a client certificate)
 //	KUBECONFIG         a Kubernetes cluster (k8s-lease, leader-election): the suite
 //	                   creates a namespace there and deletes it; with
 //	                   LOCKSUITE_KUBE_NAMESPACE, it uses that namespace as it is
@@ -37,6 +41,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -267,7 +272,7 @@ func (s *service) named() (*conn, error) {
 	} else {
 		return nil, nil
 	}
-	for _, v := range s.vars {
+	for _, v := range slices.Concat(s.vars, s.shared) {
 		if val, ok := os.LookupEnv(v); ok {
 			c.env = append(c.env, v+"="+val)
 		}

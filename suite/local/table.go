@@ -2,11 +2,14 @@ package local
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -53,6 +56,10 @@ type service struct {
 	// the user runs; those set are passed on to worker processes. The
 	// first one names the server (see environ).
 	vars []string
+	// shared are variables of another service (its credentials and TLS
+	// settings) that fromEnv reads too: passed on to worker processes as
+	// vars are, and listed under that service.
+	shared []string
 	// fromEnv reads vars: the named server's connection, or nil when the
 	// environment names none. Nil fromEnv: the first of vars is the
 	// server's address, as is.
@@ -160,7 +167,8 @@ func table() []backend {
 		// tickTime 100 ms, minSessionTimeout 200 ms on the harness's server;
 		// a stalled session is freed within a tick of its timeout.
 		name: "zookeeper", lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-		vars:       []string{"ZOOKEEPER_ADDRS"},
+		vars:       []string{"ZOOKEEPER_ADDRS", ZooKeeperAuthEnv, ZooKeeperCACertEnv, ZooKeeperCertEnv, ZooKeeperKeyEnv},
+		fromEnv:    zookeeperFromEnv("zookeeper", "ZOOKEEPER_ADDRS"),
 		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartZooKeeper(ctx) },
 		probe:      probeZooKeeper,
 		diagnose:   diagnoseZooKeeper,
@@ -192,9 +200,11 @@ func table() []backend {
 	}
 	redis3Svc := &service{
 		name: "redis-3", lease: redisSvc.lease, pause: redisSvc.pause, duration: redisSvc.duration,
-		vars:  []string{"LOCKSUITE_REDIS_NODES"},
-		start: func(ctx context.Context) (servers.Server, error) { return startRedisNodes(ctx, 3) },
-		probe: probeNodes,
+		vars:    []string{"LOCKSUITE_REDIS_NODES"},
+		shared:  []string{RedisCACertEnv},
+		fromEnv: redisNodesFromEnv,
+		start:   func(ctx context.Context) (servers.Server, error) { return startRedisNodes(ctx, 3) },
+		probe:   probeNodes,
 	}
 	// The clusters use their single server's defaults. A cluster named by
 	// its variable is used as it is, unprobed and without Servers.
@@ -219,6 +229,9 @@ func table() []backend {
 	}}
 	zookeeperEnsemble := clusterOf("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartZooKeeperEnsemble(ctx, 3) })
+	// A named ensemble takes the single server's security settings.
+	zookeeperEnsemble.shared = zookeeperSvc.vars[1:]
+	zookeeperEnsemble.fromEnv = zookeeperFromEnv(zookeeperEnsemble.name, zookeeperEnsemble.vars[0])
 	natsCluster := clusterOf("nats-cluster", "LOCKSUITE_NATS_CLUSTER", natsSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartNATSCluster(ctx, 3) })
 	redisSentinel := clusterOf("redis-sentinel", "LOCKSUITE_REDIS_SENTINEL", redisSvc,
@@ -265,12 +278,12 @@ func table() []backend {
 		// to start: its two backends run when named.
 		{name: "k8s-lease", kind: adapter, on: kubeSvc, newLocker: newK8sLease, whenNamed: true},
 
-		// The library adapters take no TLS settings: against servers named
-		// with TLS variables, use the four adapters.
+		// The library adapters take the same credentials and TLS settings
+		// as the adapters on their service.
 		{name: "consul-lock", kind: library, on: consulSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 			// LockWaitTime 1s: an abandoned Acquire's Lock ends within 1s
 			// (Close waits for it), not the library's 15s.
-			return consullock.New(consullock.Config{Address: c.endpoint, Token: c.token, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease, LockDelay: consulLockDelay, LockWaitTime: time.Second})
+			return consullock.New(consullock.Config{Address: c.endpoint, Token: c.token, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease, LockDelay: consulLockDelay, LockWaitTime: time.Second})
 		}, tune: func(cfg *suite.Config) {
 			// A waiter that meets the lock-delay waits consul/api's fixed
 			// 5 s (DefaultLockRetryTime) before it tries again: give the
@@ -283,7 +296,7 @@ func table() []backend {
 			// Not cl.Key itself: the counter store's keys are under
 			// cl.Key+"/", and the mutex would wait for them as for older
 			// waiters.
-			return etcdmutex.New(etcdmutex.Config{Endpoints: c.addrs(), Dial: cl.Dial, Key: cl.Key + "/mutex", TTL: cl.Lease})
+			return etcdmutex.New(etcdmutex.Config{Endpoints: c.addrs(), TLS: c.tls, Username: c.user, Password: c.password, Dial: cl.Dial, Key: cl.Key + "/mutex", TTL: cl.Lease})
 		}},
 		{name: "pg-xact", kind: library, on: postgresSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 			return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
@@ -291,7 +304,7 @@ func table() []backend {
 		{name: "redsync", kind: library, on: redisSvc, newLocker: newRedsync},
 		{name: "redsync-3", kind: library, on: redis3Svc, newLocker: newRedsync},
 		{name: "zk-lock", kind: library, on: zookeeperSvc, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-			return zklock.New(zklock.Config{Servers: c.addrs(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+			return zklock.New(zklock.Config{Servers: c.addrs(), TLS: c.tls, Auth: c.zkAuth(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 		}},
 		{name: "leader-election", kind: library, on: kubeSvc, newLocker: newLeaderElection, whenNamed: true},
 
@@ -322,17 +335,21 @@ func table() []backend {
 const consulLockDelay = 200 * time.Millisecond
 
 func newRedsync(c *conn, cl suite.Client) (backends.Locker, error) {
-	return redsync.New(redsync.Config{Addrs: c.addrs(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	return redsync.New(redsync.Config{Addrs: c.addrs(), TLS: c.tls, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
 func newZooKeeper(c *conn, cl suite.Client) (backends.Locker, error) {
-	return zookeeper.New(zookeeper.Config{Servers: c.addrs(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	return zookeeper.New(zookeeper.Config{Servers: c.addrs(), TLS: c.tls, Auth: c.zkAuth(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
-// probeZooKeeper asks every server whether it runs (ruok).
+// probeZooKeeper asks every server whether it runs (ruok; over TLS with
+// c's settings, within 2 s: a plain ruok at a TLS port gets no answer),
+// then opens a session with c's digest user (zkProbe).
 func probeZooKeeper(ctx context.Context, c *conn) error {
 	for _, a := range c.addrs() {
-		out, err := servers.FourLetterWord(ctx, a, "ruok")
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		out, err := servers.FourLetterWordTLS(rctx, a, "ruok", withServerName(c.tls, hostOnly(a)))
+		cancel()
 		if err != nil {
 			return fmt.Errorf("%s: %w", a, err)
 		}
@@ -340,8 +357,53 @@ func probeZooKeeper(ctx context.Context, c *conn) error {
 			return fmt.Errorf("%s answers ruok with %q, not imok (allow the command: 4lw.commands.whitelist=ruok,srvr)", a, out)
 		}
 	}
+	return zkProbe(ctx, c)
+}
+
+// zkProbe opens a session with c's TLS settings and digest user, and asks
+// whether /locksuite exists: a server that enforces authentication refuses
+// a session without it. If /locksuite exists, it lists it: the digest
+// scheme takes any password, and a wrong one shows only against the ACL of
+// znodes the right one made (the suite's parents, made with the lock's ACL).
+func zkProbe(ctx context.Context, c *conn) error {
+	dial := func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		if c.tls == nil {
+			return net.DialTimeout(network, addr, timeout)
+		}
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: withServerName(c.tls, hostOnly(addr))}
+		return d.Dial(network, addr)
+	}
+	zc, _, err := zk.Connect(c.addrs(), 4*time.Second, zk.WithDialer(dial), zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}))
+	if err != nil {
+		return err
+	}
+	defer zc.Close()
+	for zc.State() != zk.StateHasSession {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no session: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if a := c.zkAuth(); a != "" {
+		if err := zc.AddAuth("digest", []byte(a)); err != nil {
+			return fmt.Errorf("digest auth: %w", err)
+		}
+	}
+	ok, _, err := zc.Exists("/locksuite")
+	if err == nil && ok {
+		_, _, err = zc.Children("/locksuite")
+	}
+	if err != nil {
+		return fmt.Errorf("/locksuite: %w", err)
+	}
 	return nil
 }
+
+// zkQuiet drops go-zookeeper's log lines.
+type zkQuiet struct{}
+
+func (zkQuiet) Printf(string, ...any) {}
 
 // probeMySQL connects with the DSN (or mysql:// URL) and pings.
 func probeMySQL(ctx context.Context, c *conn) error {

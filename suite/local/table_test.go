@@ -38,6 +38,13 @@ func TestTable(t *testing.T) {
 			vars[v] = s.name
 		}
 	}
+	for _, s := range services() {
+		for _, v := range s.shared {
+			if o, ok := vars[v]; !ok || o == s.name {
+				t.Errorf("%s, shared by %s, is not another service's variable", v, s.name)
+			}
+		}
+	}
 }
 
 // TestConfigFor: an unknown or unavailable service is an error that names
