@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -112,14 +111,15 @@ func TestTLSAndAuthLibraries(t *testing.T) {
 	setEnv(t, env, map[string]string{"TMPDIR": tmp}) // TMPDIR: the CLI's own temporary files, searched for leaks below
 	backends := []string{"redsync", "redsync-3", "etcd-mutex", "consul-lock", "pg-xact", "zk-lock", "zookeeper"}
 	jsonPath := filepath.Join(tmp, "r.json")
-	var stdout, stderr bytes.Buffer
 	t0 := time.Now()
-	code := cli([]string{"run", "--backends", strings.Join(backends, ","), "--scenarios", "baseline,deterministic-pause",
-		"--duration", "300ms", "--json", jsonPath, "--log", filepath.Join(tmp, "spec.log")}, &stdout, &stderr)
+	// A process of its own: Ginkgo runs specs once per process, and other
+	// tests of this binary run them in-process.
+	code, stdout, stderr := runCLI(t, tmp, "run", "--backends", strings.Join(backends, ","), "--scenarios", "baseline,deterministic-pause",
+		"--duration", "300ms", "--json", jsonPath, "--log", filepath.Join(tmp, "spec.log"))
 	t.Logf("run took %v", time.Since(t0).Round(time.Millisecond))
 	var rows []report.Row
 	if b, err := os.ReadFile(jsonPath); code != 0 || err != nil || json.Unmarshal(b, &rows) != nil {
-		t.Fatalf("exit %d, %s: %v\nstdout:\n%s\nstderr:\n%s", code, jsonPath, err, stdout.String(), stderr.String())
+		t.Fatalf("exit %d, %s: %v\nstdout:\n%s\nstderr:\n%s", code, jsonPath, err, stdout, stderr)
 	}
 	seen := map[string]int{}
 	for _, r := range rows {
@@ -159,7 +159,7 @@ func TestTLSAndAuthLibraries(t *testing.T) {
 			t.Errorf("%s chaos-none: %s, %d workers, %d writes (%s): want kept, by 2 workers", r.Backend, r.Verdict, r.Workers, r.Writes, r.Reason)
 		}
 	}
-	bufs := map[string][]byte{"stdout": stdout.Bytes(), "stderr": stderr.Bytes(), "chaos stdout": []byte(cout), "chaos stderr": []byte(cerr)}
+	bufs := map[string][]byte{"stdout": []byte(stdout), "stderr": []byte(stderr), "chaos stdout": []byte(cout), "chaos stderr": []byte(cerr)}
 	if l := leaks(t, tmp, bufs, secrets); len(l) > 0 {
 		t.Errorf("secrets leaked:\n%s", strings.Join(l, "\n"))
 	}
