@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // TestMain lets the test binary act as the CLI, so that a test can run it
@@ -19,8 +21,10 @@ func TestMain(m *testing.M) {
 		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	// The CLI writes its spec log and artifacts under TMPDIR: keep those of
-	// the in-process runs in a directory of this test binary's own.
-	tmp, err := os.MkdirTemp("", "locksuite-cmdtest-")
+	// the in-process runs in a directory of this test binary's own, owned
+	// (tempdir.New), so that a later run removes it if this binary dies
+	// before it can.
+	tmp, err := tempdir.New("", "locksuite-cmdtest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
