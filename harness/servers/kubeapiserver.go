@@ -173,11 +173,15 @@ func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
 	if err != nil {
 		return nil, &Unavailable{"kube-apiserver", err, fix}
 	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, &Unavailable{"kube-apiserver", err, "free loopback ports"}
+	}
 	dir, err := tempdir.New("", "locksuite-kube-apiserver-")
 	if err != nil {
 		return nil, &Unavailable{"kube-apiserver", err, "a writable temporary directory"}
 	}
-	s := &KubeAPIServer{dir: dir, token: randomSecret()}
+	s := &KubeAPIServer{dir: dir, addr: fmt.Sprintf("127.0.0.1:%d", port), token: randomSecret()}
 	fail := func(err error, fix string) (*KubeAPIServer, error) {
 		s.Stop()
 		return nil, &Unavailable{"kube-apiserver", err, fix}
@@ -213,42 +217,41 @@ func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
 	if s.etcd, err = StartEtcd(ctx); err != nil {
 		return fail(err, "see the etcd error")
 	}
-	argv := func(port int) []string {
-		return []string{bin,
-			"--etcd-servers=" + s.etcd.URL(),
-			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
-			"--tls-cert-file=" + certs.serverCert, "--tls-private-key-file=" + certs.serverKey,
-			"--cert-dir=" + filepath.Join(dir, "certs"),
-			"--token-auth-file=" + tokens, "--anonymous-auth=false",
-			"--authorization-mode=AlwaysAllow",
-			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-			"--service-account-key-file=" + saPub, "--service-account-signing-key-file=" + saPath,
-			"--service-cluster-ip-range=10.0.0.0/24",
-			"--enable-admission-plugins=NamespaceLifecycle",
-			"--disable-admission-plugins=" + strings.Join(kubeDisabledAdmission, ","),
-			"--enable-priority-and-fairness=false",
-			"--endpoint-reconciler-type=none",
-			"--profiling=false",
-		}
+	argv := []string{bin,
+		"--etcd-servers=" + s.etcd.URL(),
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
+		"--tls-cert-file=" + certs.serverCert, "--tls-private-key-file=" + certs.serverKey,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--token-auth-file=" + tokens, "--anonymous-auth=false",
+		"--authorization-mode=AlwaysAllow",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + saPub, "--service-account-signing-key-file=" + saPath,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--enable-admission-plugins=NamespaceLifecycle",
+		"--disable-admission-plugins=" + strings.Join(kubeDisabledAdmission, ","),
+		"--enable-priority-and-fairness=false",
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
 	}
-	// The port is free when FreePort returns, not necessarily when the
-	// server binds it (a client's outgoing connection may take it
-	// meanwhile): on "address already in use", try another, twice.
-	for attempt := 1; ; attempt++ {
-		port, err := FreePort()
-		if err != nil {
-			return fail(err, "free loopback ports")
-		}
-		s.addr = fmt.Sprintf("127.0.0.1:%d", port)
-		err = s.serve(ctx, bin, argv(port))
-		if err != nil && attempt < 3 && strings.Contains(err.Error(), "address already in use") {
-			s.m.end(syscall.SIGKILL, 0)
-			continue
-		}
-		if err != nil {
-			return fail(err, "see the log above")
-		}
-		break
+	s.m = &Member{name: "kube-apiserver", addr: s.addr, dir: dir, start: func() (*proc, error) {
+		return startMemberProc("kube-apiserver", dir, nil, argv...)
+	}}
+	if err := s.m.run(); err != nil {
+		return fail(err, "check that "+bin+" runs")
+	}
+	s.m.mu.Lock()
+	p := s.m.p
+	s.m.mu.Unlock()
+	hc, err := rest.HTTPClientFor(s.RestConfig())
+	if err != nil {
+		return fail(err, "a readable test CA")
+	}
+	defer hc.CloseIdleConnections()
+	err = waitReady(ctx, p, 90*time.Second, func(ctx context.Context) error {
+		return kubeReady(ctx, hc, s.URL())
+	})
+	if err != nil {
+		return fail(err, "see the log above")
 	}
 	nsc, err := kubeNamespaces(s.RestConfig())
 	if err != nil {
@@ -266,27 +269,6 @@ func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
 		return fail(fmt.Errorf("create namespace %s: %w", kubeNamespace, err), "see the server's log")
 	}
 	return s, nil
-}
-
-// serve starts kube-apiserver with argv and waits until it is ready.
-func (s *KubeAPIServer) serve(ctx context.Context, bin string, argv []string) error {
-	s.m = &Member{name: "kube-apiserver", addr: s.addr, dir: s.dir, start: func() (*proc, error) {
-		return startMemberProc("kube-apiserver", s.dir, nil, argv...)
-	}}
-	if err := s.m.run(); err != nil {
-		return fmt.Errorf("%w (check that %s runs)", err, bin)
-	}
-	s.m.mu.Lock()
-	p := s.m.p
-	s.m.mu.Unlock()
-	hc, err := rest.HTTPClientFor(s.RestConfig())
-	if err != nil {
-		return err
-	}
-	defer hc.CloseIdleConnections()
-	return waitReady(ctx, p, 90*time.Second, func(ctx context.Context) error {
-		return kubeReady(ctx, hc, s.URL())
-	})
 }
 
 // kubeReady is nil once GET /readyz answers 200.

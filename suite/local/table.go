@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"crypto/tls"
 	"database/sql"
 	"fmt"
 	"net"
@@ -27,6 +26,7 @@ import (
 	"github.com/locksuite/locksuite/backends/zklock"
 	"github.com/locksuite/locksuite/backends/zookeeper"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/internal/tlsdial"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -366,23 +366,23 @@ func probeZooKeeper(ctx context.Context, c *conn) error {
 // scheme takes any password, and a wrong one shows only against the ACL of
 // znodes the right one made (the suite's parents, made with the lock's ACL).
 func zkProbe(ctx context.Context, c *conn) error {
+	dialTLS := tlsdial.Wrap((&net.Dialer{}).DialContext, c.tls)
 	dial := func(network, addr string, timeout time.Duration) (net.Conn, error) {
-		if c.tls == nil {
-			return net.DialTimeout(network, addr, timeout)
-		}
-		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: withServerName(c.tls, hostOnly(addr))}
-		return d.Dial(network, addr)
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return dialTLS(dctx, network, addr)
 	}
-	zc, _, err := zk.Connect(c.addrs(), 4*time.Second, zk.WithDialer(dial), zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}))
+	zc, events, err := zk.Connect(c.addrs(), 4*time.Second, zk.WithDialer(dial), zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}))
 	if err != nil {
 		return err
 	}
 	defer zc.Close()
-	for zc.State() != zk.StateHasSession {
+	for session := false; !session; {
 		select {
+		case ev := <-events:
+			session = ev.State == zk.StateHasSession
 		case <-ctx.Done():
 			return fmt.Errorf("no session: %w", ctx.Err())
-		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	if a := c.zkAuth(); a != "" {
