@@ -207,9 +207,8 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 		bWaited, faultFor  time.Duration
 		bIn, struck        bool
 		bGrantedAt, told   time.Time // B's grant; when A's lease said it was lost
-		toldAt             time.Time // written by the watcher of A's Lost
-		toldMu             sync.Mutex
 	)
+	lostAt := make(chan time.Time, 1) // when A's Lost fired, from its watcher
 	stopWatch := make(chan struct{})
 	defer close(stopWatch)
 	errA := load.Increment(ctx, 0, a, s, rec, 0, load.Hooks{
@@ -219,9 +218,7 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 				go func() {
 					select {
 					case <-n.Lost():
-						toldMu.Lock()
-						toldAt = time.Now()
-						toldMu.Unlock()
+						lostAt <- time.Now()
 					case <-stopWatch:
 					}
 				}()
@@ -270,9 +267,10 @@ func (h *Holder) Run(ctx context.Context, e *Env, f faults.Fault) (Outcome, erro
 			}
 			bWaited = time.Since(bStart)
 			doHeal()
-			toldMu.Lock()
-			told = toldAt // what A knew as B's turn ended, before its write
-			toldMu.Unlock()
+			select { // what A knew as B's turn ended, before its write
+			case told = <-lostAt:
+			default:
+			}
 		}})
 	wg.Wait()
 	d := time.Since(t0)
