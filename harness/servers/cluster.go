@@ -247,10 +247,6 @@ type group struct {
 // Members are the cluster's server processes, in a fixed order.
 func (g *group) Members() []*Member { return g.members }
 
-// directory is the group's directory, which holds its members' and which
-// Stop removes.
-func (g *group) directory() string { return g.dir }
-
 // Addrs are the members' addresses (host:port), in the order of Members.
 func (g *group) Addrs() []string {
 	var out []string

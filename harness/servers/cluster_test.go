@@ -95,3 +95,7 @@ func three[C interface {
 		return c, c.directory(), nil, nil
 	}
 }
+
+// directory is the group's directory, which holds its members' and which
+// Stop removes.
+func (g *group) directory() string { return g.dir }
