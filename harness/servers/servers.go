@@ -12,10 +12,12 @@ package servers
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -56,14 +58,14 @@ func (u *Unavailable) Error() string {
 }
 func (u *Unavailable) Unwrap() error { return u.Err }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago (see
+// freePorts).
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := freePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ps[0], nil
 }
 
 // portsAndDir reserves n free loopback ports and makes a new temporary
@@ -81,7 +83,15 @@ func portsAndDir(n int, name string) ([]int, string, error) {
 	return ports, dir, nil
 }
 
+// freePorts returns n loopback TCP ports that were free a moment ago, for
+// servers to bind: ports below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), which no outgoing connection takes
+// meanwhile (a port the kernel hands out for port 0 is one of those), and
+// that this process has not handed out before. With no such range (or
+// none of it free), ports the kernel picks.
 func freePorts(n int) ([]int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
@@ -89,7 +99,21 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	var ps []int
-	for range n {
+	if lo := ephemeralLow(); lo > minPort {
+		for tries := 0; len(ps) < n && tries < 1000; tries++ {
+			p := minPort + rand.IntN(lo-minPort)
+			if portsGiven[p] {
+				continue
+			}
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				continue
+			}
+			ls = append(ls, l)
+			ps = append(ps, p)
+		}
+	}
+	for len(ps) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
@@ -97,7 +121,37 @@ func freePorts(n int) ([]int, error) {
 		ls = append(ls, l)
 		ps = append(ps, l.Addr().(*net.TCPAddr).Port)
 	}
+	for _, p := range ps {
+		portsGiven[p] = true
+	}
 	return ps, nil
+}
+
+// minPort is the lowest port freePorts picks: above the well-known and
+// most registered services' ports.
+const minPort = 10000
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 // proc is a child server process with its own directory and log.
