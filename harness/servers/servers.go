@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/internal/spawn"
 	"github.com/locksuite/locksuite/internal/tempdir"
 )
@@ -292,27 +293,23 @@ func (s *single) Stop() error {
 	return nil
 }
 
-// waitReady polls check until it succeeds, the process exits, or timeout.
+// waitReady polls check as faults.WaitHealthy does until it succeeds, the
+// process exits, or timeout.
 func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		if err := p.exited(); err != nil {
-			return err
+	var exited error
+	err := faults.WaitHealthy(ctx, timeout, func(ctx context.Context) error {
+		if exited = p.exited(); exited != nil {
+			return nil // stop polling: the process is gone
 		}
-		cctx, ccancel := context.WithTimeout(ctx, time.Second)
-		last = check(cctx)
-		ccancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %v: %v; log: %s", p.name, timeout, last, p.tail())
-		case <-time.After(50 * time.Millisecond):
-		}
+		return check(ctx)
+	})
+	if exited != nil {
+		return exited
 	}
+	if err != nil {
+		return fmt.Errorf("%s %w; log: %s", p.name, err, p.tail())
+	}
+	return nil
 }
 
 func lookPath(bin string, dirs ...string) (string, error) {
