@@ -168,12 +168,16 @@ func leaks(t *testing.T, dir string, bufs map[string][]byte, secrets map[string]
 }
 
 // TestTLSAndAuth runs the CLI (--backends redis,postgres,etcd,consul: the
-// four whose servers securedServers starts) against servers that require authentication
-// and TLS, named only by the ecosystem's variables: the baseline, the
-// deterministic pause fenced and unfenced, and a chaos run (worker
-// processes), with every output on. Every result must be what it is on
-// plain servers, and no password, token or private key may appear in any
-// file the run produced, nor on its stdout or stderr.
+// four whose servers securedServers starts; and etcd-cluster and
+// consul-cluster, named by LOCKSUITE_ETCD_CLUSTER and
+// LOCKSUITE_CONSUL_CLUSTER as clusters of one of those servers, which take
+// the ETCDCTL_* and CONSUL_* credentials and TLS settings) against servers
+// that require authentication and TLS (etcd: a client certificate too),
+// named only by the variables: the baseline, the deterministic pause fenced
+// and unfenced, and a chaos run (worker processes), with every output on.
+// Every result must be what it is on plain servers, and no password, token
+// or private key may appear in any file the run produced, nor on its
+// stdout or stderr.
 func TestTLSAndAuth(t *testing.T) {
 	s := securedServers(t)
 	tmp := t.TempDir()
@@ -185,12 +189,16 @@ func TestTLSAndAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonPath := filepath.Join(out, "r.json")
-	cmd := exec.Command(os.Args[0], "run", "--backends", "redis,postgres,etcd,consul", "--scenarios", "baseline,deterministic-pause,chaos-none",
+	names := []string{"redis", "postgres", "etcd", "consul", "etcd-cluster", "consul-cluster"}
+	cmd := exec.Command(os.Args[0], "run", "--backends", strings.Join(names, ","), "--scenarios", "baseline,deterministic-pause,chaos-none",
 		"--duration", "500ms", "--chaos-duration", "1s", "--workers", "2",
 		"--json", jsonPath, "--markdown", filepath.Join(out, "r.md"), "--junit", filepath.Join(out, "junit.xml"),
 		"--log", filepath.Join(out, "spec.log"), "--artifacts", arts)
 	cmd.Env = append(os.Environ(), "LOCKSUITE_TEST_AS_CLI=1", "TMPDIR="+tmp)
-	for k, v := range s.env() {
+	env := s.env()
+	env["LOCKSUITE_ETCD_CLUSTER"] = env["ETCDCTL_ENDPOINTS"]
+	env["LOCKSUITE_CONSUL_CLUSTER"] = env["CONSUL_HTTP_ADDR"]
+	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	var stdout, stderr bytes.Buffer
@@ -220,18 +228,19 @@ func TestTLSAndAuth(t *testing.T) {
 			t.Errorf("%s fencing=%v %s: %s (%s), want %s", r.Backend, r.Fencing, r.Scenario, r.Verdict, r.Reason, want)
 		}
 	}
-	for _, n := range []string{"redis", "postgres", "etcd", "consul"} {
+	for _, n := range names {
 		if seen[n] != 6 {
 			t.Errorf("%s: %d rows, want 6 (3 scenarios × fencing off, on)", n, seen[n])
 		}
 	}
 	// Every run keeps its history and its timeline: 3 scenarios × fencing
-	// off, on × 4 backends.
-	if a, _ := filepath.Glob(filepath.Join(arts, "*.json")); len(a) != 24 {
-		t.Errorf("%d histories in --artifacts, want 24", len(a))
+	// off, on × each backend.
+	want := 6 * len(names)
+	if a, _ := filepath.Glob(filepath.Join(arts, "*.json")); len(a) != want {
+		t.Errorf("%d histories in --artifacts, want %d", len(a), want)
 	}
-	if a, _ := filepath.Glob(filepath.Join(arts, "*.html")); len(a) != 24+1 { // and index.html
-		t.Errorf("%d timelines and index.html in --artifacts, want 24 and 1", len(a))
+	if a, _ := filepath.Glob(filepath.Join(arts, "*.html")); len(a) != want+1 { // and index.html
+		t.Errorf("%d timelines and index.html in --artifacts, want %d and 1", len(a), want)
 	}
 
 	secrets := s.secrets(t)

@@ -192,21 +192,24 @@ func mysqlFromEnv() (*conn, error) {
 	return &conn{endpoint: v, secrets: []string{cfg.Passwd}}, nil
 }
 
-// natsFromEnv reads NATS_URL: nats://[user:password@]host:port, comma-
-// separated for several servers.
-func natsFromEnv() (*conn, error) {
-	v := os.Getenv("NATS_URL")
-	if v == "" {
-		return nil, nil
-	}
-	c := &conn{endpoint: v}
-	for _, a := range strings.Split(v, ",") {
-		if u, err := url.Parse(strings.TrimSpace(a)); err == nil && u.User != nil {
-			p, _ := u.User.Password()
-			c.secrets = append(c.secrets, p, u.User.Username())
+// natsFromEnv returns the fromEnv of a NATS service named by variable ev
+// (NATS_URL, LOCKSUITE_NATS_CLUSTER): nats://[user:password@]host:port,
+// comma-separated for several servers.
+func natsFromEnv(ev string) func() (*conn, error) {
+	return func() (*conn, error) {
+		v := os.Getenv(ev)
+		if v == "" {
+			return nil, nil
 		}
+		c := &conn{endpoint: v}
+		for _, a := range strings.Split(v, ",") {
+			if u, err := url.Parse(strings.TrimSpace(a)); err == nil && u.User != nil {
+				p, _ := u.User.Password()
+				c.secrets = append(c.secrets, p, u.User.Username())
+			}
+		}
+		return c, nil
 	}
-	return c, nil
 }
 
 // postgresFromEnv reads DATABASE_URL, or libpq's PG* variables.
@@ -228,33 +231,41 @@ func postgresFromEnv() (*conn, error) {
 	return c, nil
 }
 
-// consulFromEnv reads CONSUL_HTTP_ADDR and the CONSUL_* variables that
-// consul/api reads.
-func consulFromEnv() (*conn, error) {
-	c := &conn{endpoint: os.Getenv("CONSUL_HTTP_ADDR")}
-	if c.endpoint == "" {
-		return nil, nil
-	}
-	ac := consulapi.DefaultConfig() // reads every CONSUL_* variable
-	c.token = ac.Token
-	c.secrets = append(c.secrets, c.token)
-	if strings.HasPrefix(c.endpoint, "https://") || ac.Scheme == "https" {
-		if ac.TLSConfig.Address == "" {
-			ac.TLSConfig.Address = hostOnly(stripScheme(c.endpoint))
+// consulFromEnv returns the fromEnv of a Consul service named by variable
+// v (CONSUL_HTTP_ADDR, LOCKSUITE_CONSUL_CLUSTER): its address(es), and the
+// token and TLS settings of the CONSUL_* variables that consul/api reads.
+func consulFromEnv(name, v string) func() (*conn, error) {
+	return func() (*conn, error) {
+		c := &conn{endpoint: os.Getenv(v)}
+		if c.endpoint == "" {
+			return nil, nil
 		}
-		t, err := consulapi.SetupTLSConfig(&ac.TLSConfig)
-		if err != nil {
-			return nil, &servers.Unavailable{Backend: "consul", Err: err, Fix: "check CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY"}
+		ac := consulapi.DefaultConfig() // reads every CONSUL_* variable
+		c.token = ac.Token
+		c.secrets = append(c.secrets, c.token)
+		if strings.HasPrefix(strings.TrimSpace(c.endpoint), "https://") || ac.Scheme == "https" {
+			if ac.TLSConfig.Address == "" {
+				ac.TLSConfig.Address = hostOnly(stripScheme(strings.Split(c.endpoint, ",")[0]))
+			}
+			t, err := consulapi.SetupTLSConfig(&ac.TLSConfig)
+			if err != nil {
+				return nil, &servers.Unavailable{Backend: name, Err: err, Fix: "check CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY"}
+			}
+			c.tls = t
 		}
-		c.tls = t
+		return c, nil
 	}
-	return c, nil
 }
 
-// etcdFromEnv reads ETCDCTL_ENDPOINTS and the ETCDCTL_* variables that
-// etcdctl reads.
-func etcdFromEnv() (*conn, error) {
-	c := &conn{endpoint: os.Getenv("ETCDCTL_ENDPOINTS")}
+// etcdFromEnv returns the fromEnv of an etcd service named by variable v
+// (ETCDCTL_ENDPOINTS, LOCKSUITE_ETCD_CLUSTER): its endpoints, and the user
+// and TLS settings of the ETCDCTL_* variables that etcdctl reads.
+func etcdFromEnv(name, v string) func() (*conn, error) {
+	return func() (*conn, error) { return etcdConn(name, os.Getenv(v)) }
+}
+
+func etcdConn(name, endpoint string) (*conn, error) {
+	c := &conn{endpoint: endpoint}
 	if c.endpoint == "" {
 		return nil, nil
 	}
@@ -273,14 +284,14 @@ func etcdFromEnv() (*conn, error) {
 	if ca != "" {
 		pool, err := loadCA(ca)
 		if err != nil {
-			return nil, &servers.Unavailable{Backend: "etcd", Err: fmt.Errorf("ETCDCTL_CACERT: %w", err), Fix: fix}
+			return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("ETCDCTL_CACERT: %w", err), Fix: fix}
 		}
 		t.RootCAs = pool
 	}
 	if cert != "" || key != "" {
 		kp, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
-			return nil, &servers.Unavailable{Backend: "etcd", Err: fmt.Errorf("ETCDCTL_CERT, ETCDCTL_KEY: %w", err), Fix: fix}
+			return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("ETCDCTL_CERT, ETCDCTL_KEY: %w", err), Fix: fix}
 		}
 		t.Certificates = []tls.Certificate{kp}
 	}

@@ -2,6 +2,7 @@ package local
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -29,5 +30,32 @@ func TestEndpointOf(t *testing.T) {
 	if ep.URL != "rediss://alice:s3cret@redis.example:6380/2" || !slices.Equal(ep.Addrs, []string{"redis.example:6380"}) ||
 		ep.Username != "alice" || ep.Password != "s3cret" || ep.TLS == nil {
 		t.Errorf("REDIS_URL's redis: %+v", ep)
+	}
+}
+
+// TestEnvironBlanksSharedVariables: a worker of a cluster the harness
+// started must not take the credentials the user set for the single server
+// (ETCDCTL_CACERT here): Environ blanks them, and a server the user named
+// sets them after the blanks, so that its value is the one a process sees.
+func TestEnvironBlanksSharedVariables(t *testing.T) {
+	last := func(env []string, v string) (string, bool) {
+		val, ok := "", false
+		for _, kv := range env {
+			if k, x, _ := strings.Cut(kv, "="); k == v {
+				val, ok = x, true
+			}
+		}
+		return val, ok
+	}
+	e := &Env{endpoint: map[string]string{"etcd-cluster": "127.0.0.1:2379,127.0.0.1:2380"}, conns: map[string]*conn{}}
+	if v, ok := last(e.Environ(), "ETCDCTL_CACERT"); !ok || v != "" {
+		t.Errorf("harness's etcd-cluster: ETCDCTL_CACERT=%q (set %v), want it blank", v, ok)
+	}
+	e.endpoint["etcd"] = "https://etcd.example:2379"
+	e.conns["etcd"] = &conn{endpoint: e.endpoint["etcd"], env: []string{"ETCDCTL_ENDPOINTS=https://etcd.example:2379", "ETCDCTL_CACERT=/ca.pem"}}
+	for range 10 { // map order
+		if v, _ := last(e.Environ(), "ETCDCTL_CACERT"); v != "/ca.pem" {
+			t.Fatalf("the user's etcd: ETCDCTL_CACERT=%q, want /ca.pem", v)
+		}
 	}
 }

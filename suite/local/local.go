@@ -89,7 +89,11 @@ var Libraries = namesOf(library)
 // host:port of the members) and LOCKSUITE_REDIS_SENTINEL (comma-separated
 // host:port of the sentinels; the primary's name is servers.SentinelMaster).
 // A cluster named by these variables is used as it is, without Servers: the
-// failover scenarios are skipped for it.
+// failover scenarios are skipped for it. etcd-cluster and consul-cluster
+// take the credentials and TLS settings of the single server's variables
+// (ETCDCTL_USER, ETCDCTL_CACERT, ...; CONSUL_HTTP_TOKEN, CONSUL_CACERT, ...),
+// zookeeper-ensemble the LOCKSUITE_ZOOKEEPER_* ones, nats-cluster those in
+// its URLs (LOCKSUITE_NATS_CLUSTER); redis-sentinel takes none.
 var Clusters = namesOf(cluster)
 
 // WhenNamed are the backends started only when named (not by "all" or
@@ -322,6 +326,15 @@ func (c *conn) addrs() []string {
 	return out
 }
 
+// hostPorts are addrs without their http:// or https:// schemes.
+func (c *conn) hostPorts() []string {
+	out := c.addrs()
+	for i, a := range out {
+		out[i] = stripScheme(a)
+	}
+	return out
+}
+
 // consulClient is an API client for c.
 func consulClient(c *conn) (*consulapi.Client, error) {
 	ac := consulapi.DefaultConfig()
@@ -466,6 +479,17 @@ func (e *Env) newStore(ctx context.Context, name string, fenced bool) (fencing.S
 // child processes only, never print them.
 func (e *Env) Environ() []string {
 	var out []string
+	// A server the harness started takes no credentials: blank the
+	// variables of another service that its fromEnv would read (a cluster
+	// reads its single server's), unless a server the user named sets
+	// them below.
+	for n := range e.endpoint {
+		if s, _ := serviceOf(n); e.conns[n] == nil {
+			for _, v := range s.shared {
+				out = append(out, v+"=")
+			}
+		}
+	}
 	for n, ep := range e.endpoint {
 		if c := e.conns[n]; c != nil {
 			// Named by the user: the same variables, credentials included.

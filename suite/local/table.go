@@ -146,7 +146,7 @@ func table() []backend {
 	consulSvc := &service{
 		name: "consul", lease: 200 * time.Millisecond, pause: 800 * time.Millisecond, duration: 6 * time.Second,
 		vars:       []string{"CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_SSL", "CONSUL_HTTP_SSL_VERIFY", "CONSUL_CACERT", "CONSUL_CAPATH", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME"},
-		fromEnv:    consulFromEnv,
+		fromEnv:    consulFromEnv("consul", "CONSUL_HTTP_ADDR"),
 		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartConsul(ctx) },
 		probe:      probeConsul,
 		diagnose:   diagnoseConsul,
@@ -156,7 +156,7 @@ func table() []backend {
 	etcdSvc := &service{
 		name: "etcd", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
 		vars:       []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
-		fromEnv:    etcdFromEnv,
+		fromEnv:    etcdFromEnv("etcd", "ETCDCTL_ENDPOINTS"),
 		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartEtcd(ctx) },
 		probe:      probeEtcd,
 		diagnose:   diagnoseEtcd,
@@ -191,7 +191,7 @@ func table() []backend {
 		// The server refuses per-key TTLs under a second.
 		name: "nats", lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
 		vars:       []string{"NATS_URL"},
-		fromEnv:    natsFromEnv,
+		fromEnv:    natsFromEnv("NATS_URL"),
 		diagnose:   diagnoseNATS,
 		hostPortOf: natsHostPort,
 		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
@@ -207,7 +207,9 @@ func table() []backend {
 		probe:   probeNodes,
 	}
 	// The clusters use their single server's defaults. A cluster named by
-	// its variable is used as it is, unprobed and without Servers.
+	// its variable is used as it is, unprobed and without Servers; it takes
+	// the credentials and TLS settings of its single server's variables
+	// (withSecurityOf), except redis-sentinel.
 	clusterOf := func(name, v string, single *service, start func(context.Context) (servers.Cluster, error)) *service {
 		return &service{
 			name: name, lease: single.lease, pause: single.pause, pauses: single.pauses, duration: single.duration,
@@ -219,21 +221,22 @@ func table() []backend {
 	}
 	etcdCluster := clusterOf("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER", etcdSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartEtcdCluster(ctx, 3) })
+	etcdCluster.withSecurityOf(etcdSvc, etcdFromEnv(etcdCluster.name, etcdCluster.vars[0]))
 	etcdCluster.nodes = &onNodes{n: 3, members: 3, start: func(ctx context.Context, h *servers.Hosts, _ suite.NodeOptions) (servers.Cluster, error) {
 		return servers.StartEtcdClusterOn(ctx, h, 3)
 	}}
 	consulCluster := clusterOf("consul-cluster", "LOCKSUITE_CONSUL_CLUSTER", consulSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartConsulCluster(ctx, 3) })
+	consulCluster.withSecurityOf(consulSvc, consulFromEnv(consulCluster.name, consulCluster.vars[0]))
 	consulCluster.nodes = &onNodes{n: 3, members: 3, start: func(ctx context.Context, h *servers.Hosts, _ suite.NodeOptions) (servers.Cluster, error) {
 		return servers.StartConsulClusterOn(ctx, h, 3)
 	}}
 	zookeeperEnsemble := clusterOf("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartZooKeeperEnsemble(ctx, 3) })
-	// A named ensemble takes the single server's security settings.
-	zookeeperEnsemble.shared = zookeeperSvc.vars[1:]
-	zookeeperEnsemble.fromEnv = zookeeperFromEnv(zookeeperEnsemble.name, zookeeperEnsemble.vars[0])
+	zookeeperEnsemble.withSecurityOf(zookeeperSvc, zookeeperFromEnv(zookeeperEnsemble.name, zookeeperEnsemble.vars[0]))
 	natsCluster := clusterOf("nats-cluster", "LOCKSUITE_NATS_CLUSTER", natsSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartNATSCluster(ctx, 3) })
+	natsCluster.fromEnv = natsFromEnv(natsCluster.vars[0]) // credentials in the URLs
 	redisSentinel := clusterOf("redis-sentinel", "LOCKSUITE_REDIS_SENTINEL", redisSvc,
 		func(ctx context.Context) (servers.Cluster, error) { return servers.StartRedisSentinel(ctx) })
 	redisSentinel.nodes = &onNodes{n: 5, members: 2, direct: redisDirect,
@@ -312,10 +315,10 @@ func table() []backend {
 		// the suite's fault path stalls or cuts the client's whole lock
 		// traffic, renewals included, whichever member it talks to.
 		{name: "consul-cluster", kind: cluster, on: consulCluster, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-			return consul.New(consul.Config{Addresses: c.addrs(), Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
+			return consul.New(consul.Config{Addresses: c.hostPorts(), Token: c.token, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
 		}},
 		{name: "etcd-cluster", kind: cluster, on: etcdCluster, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-			return etcd.New(etcd.Config{Endpoints: c.addrs(), Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
+			return etcd.New(etcd.Config{Endpoints: c.addrs(), TLS: c.tls, Username: c.user, Password: c.password, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
 		}},
 		{name: "zookeeper-ensemble", kind: cluster, on: zookeeperEnsemble, newLocker: newZooKeeper},
 		{name: "nats-cluster", kind: cluster, on: natsCluster, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
@@ -512,6 +515,14 @@ func leases() map[string]time.Duration {
 		out[b.name] = b.on.lease
 	}
 	return out
+}
+
+// withSecurityOf makes a cluster named by its variable read the
+// credentials and TLS settings of single's variables (all of single.vars
+// but its address) with fromEnv, and pass them on to worker processes.
+func (s *service) withSecurityOf(single *service, fromEnv func() (*conn, error)) {
+	s.shared = single.vars[1:]
+	s.fromEnv = fromEnv
 }
 
 // chaos is the service's default chaos sizes.
