@@ -428,27 +428,54 @@ func run(args []string, stdout, stderr io.Writer) error {
 // findings lists results that make the exit status 1: a run whose verdict
 // is not what its spec asserted (Row.Expected: kept or broken; a measured
 // run asserts only that it reached a verdict), and a result that stayed
-// unknown.
+// unknown. The runs of one spec (--repeat) with the same verdict are one
+// finding, which says in how many of the spec's runs it was seen and gives
+// the first one's reason.
 func findings(rows []report.Row) []string {
-	var out []string
+	type spec struct {
+		backend, scenario string
+		fencing           bool
+	}
+	type finding struct {
+		s        spec
+		id, text string // id: the spec and verdict; text: the rest
+		n        int
+	}
+	runs := map[spec]int{}
+	var out []*finding
+	byID := map[string]*finding{}
 	for _, r := range rows {
+		s := spec{r.Backend, r.Scenario, r.Fencing}
+		runs[s]++
 		id := fmt.Sprintf("%s fencing=%v %s: %s", r.Backend, r.Fencing, r.Scenario, r.Verdict)
+		var text string
 		switch {
 		case r.Verdict == report.Skipped:
+			continue
 		case r.Verdict == report.Unknown:
-			out = append(out, id+" ("+r.Reason+")")
-		case r.Expected == report.Kept || r.Expected == report.Broken:
-			if r.Verdict == r.Expected {
-				continue
-			}
-			if r.Scenario == suite.Control {
-				out = append(out, id+": the harness did not catch a lock that always grants")
-				continue
-			}
-			out = append(out, id+", expected "+string(r.Expected)+" ("+r.Reason+")")
+			text = " (" + r.Reason + ")"
+		case r.Expected != report.Kept && r.Expected != report.Broken, r.Verdict == r.Expected:
+			continue
+		case r.Scenario == suite.Control:
+			text = ": the harness did not catch a lock that always grants"
+		default:
+			text = ", expected " + string(r.Expected) + " (" + r.Reason + ")"
+		}
+		if f := byID[id]; f != nil {
+			f.n++
+			continue
+		}
+		byID[id] = &finding{s: s, id: id, text: text, n: 1}
+		out = append(out, byID[id])
+	}
+	lines := make([]string, len(out))
+	for i, f := range out {
+		lines[i] = f.id + f.text
+		if m := runs[f.s]; m > 1 {
+			lines[i] = fmt.Sprintf("%s in %d of %d runs%s", f.id, f.n, m, strings.Replace(f.text, " (", " (the first: ", 1))
 		}
 	}
-	return out
+	return lines
 }
 
 // tb is the GinkgoTestingT for an in-process run.
