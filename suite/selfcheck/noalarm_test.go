@@ -14,14 +14,16 @@ import (
 )
 
 // noAlarmRuns is how many fault-free runs TestNoFalseAlarms makes per
-// backend and fencing mode.
-const noAlarmRuns = 10
+// backend and fencing mode. The test proves the behaviour; the repeated
+// measurement (hundreds of runs) is the CLI's, with its figures in the
+// README ("No false alarms").
+const noAlarmRuns = 3
 
 // TestNoFalseAlarms: fault-free baselines (3 clients, 400 ms each, 5 ms of
-// work per section, to make many short, contended sections, 5 s leases) on all four
-// backends, fenced and unfenced, lose nothing, have no overlapping
-// sections and are linearizable, every run. A suite that cried wolf here
-// would be measuring itself.
+// work per section, to make many short, contended sections, 5 s leases) on
+// every adapter of local.Names, fenced and unfenced, lose nothing, have no
+// overlapping sections and are linearizable, every run. A suite that cried
+// wolf here would be measuring itself.
 func TestNoFalseAlarms(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real servers")
