@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,10 +23,7 @@ import (
 // (embedded) etcd: each step is an operation with a token and the outcome a
 // fenced and an unfenced store must give.
 func TestStores(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
-	ctx := context.Background()
+	ctx := servertest.Slow(t, "starts real servers", 2*time.Minute)
 	pool := startPostgres(t)
 	et := servertest.Start(t, ctx, servers.StartEtcd)
 	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{et.Endpoint()}, Logger: zap.NewNop()})
@@ -99,10 +97,7 @@ func TestStores(t *testing.T) {
 // else is refused with an error naming it and the fix, and left as it was.
 // Concurrent openers of a new table (the workers of one run) all succeed.
 func TestPostgresRefusesForeignTable(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real server")
-	}
-	ctx := context.Background()
+	ctx := servertest.Slow(t, "starts a real server", 2*time.Minute)
 	pool := startPostgres(t)
 	must := func(err error) {
 		t.Helper()

@@ -211,11 +211,7 @@ func TestDSN(t *testing.T) {
 // proxy too (Addr: TLS still verifies the DSN's host); a wrong password is
 // refused at once with the server's message.
 func TestAuthAndTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a second server")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := servertest.Slow(t, "starts a second server", time.Minute)
 	// Stopped after the lockers' cleanup.
 	s := servertest.Start(t, ctx, servers.StartMariaDB, servers.WithAuth(), servers.WithTLS())
 	tc, err := s.Secrets().ClientTLS()

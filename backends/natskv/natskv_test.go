@@ -193,11 +193,7 @@ func TestServerTTLResolution(t *testing.T) {
 // with a higher fence, A's Lost fires, and A's late Release leaves B's key
 // alone.
 func TestClusterFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-server cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := servertest.Slow(t, "starts a three-server cluster", 2*time.Minute)
 	// Stopped after the lockers' cleanup.
 	c := servertest.Cluster(t, ctx, servers.StartNATSCluster, 3)
 	key := t.Name()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,10 +16,7 @@ import (
 // require one, ends the run with exit 2 within a bound, naming the service,
 // the problem and the variable that fixes it, and printing no password.
 func TestBadCredentialsMySQLNATS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
-	ctx := context.Background()
+	ctx := servertest.Slow(t, "starts real servers", 3*time.Minute)
 	my := servertest.Start(t, ctx, servers.StartMariaDB, servers.WithAuth())
 	nt := servertest.Start(t, ctx, servers.StartNATS, servers.WithAuth())
 	const wrong = "wrongpw0123456789"

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net"
 	"os"
@@ -122,10 +121,7 @@ func TestUnreachableBackend(t *testing.T) {
 // Consul) is reported with the backend, the variable to fix and what
 // answered, and, with no backend left to run, exit status 2, within a bound.
 func TestWrongServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
-	ctx := context.Background()
+	ctx := servertest.Slow(t, "starts real servers", 5*time.Minute)
 	pg := servertest.Start(t, ctx, servers.StartPostgres)
 	et := servertest.Start(t, ctx, servers.StartEtcd)
 	rd := servertest.Start(t, ctx, servers.StartRedis)

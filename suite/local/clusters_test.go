@@ -1,7 +1,6 @@
 package local
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -27,11 +27,7 @@ import (
 // Redis and Consul clusters, through each client's proxies to every member.
 // Every cluster process must be gone after Close.
 func TestClusterFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real clusters")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := servertest.Slow(t, "starts real clusters", 5*time.Minute)
 	env, err := Start(ctx, Clusters)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
 	"github.com/locksuite/locksuite/suite/local/localtest"
@@ -23,13 +24,10 @@ import (
 // client contends for the same Lease as the first Env's; a namespace
 // that does not exist is reported as such.
 func TestKube(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real kube-apiserver")
-	}
+	ctx := servertest.Slow(t, "starts a real kube-apiserver", 3*time.Minute)
 	if _, err := servers.KubeAPIServerBinary(); err != nil {
 		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
 	}
-	ctx := context.Background()
 	env := localtest.Start(t, ctx, local.WhenNamed)
 	for _, n := range local.WhenNamed {
 		if err := env.Unavailable[n]; err != nil {

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/locksuite/locksuite/harness/nodes"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/internal/owner"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -24,11 +24,7 @@ import (
 // a band over every lane. Without root every one must be skipped with the
 // reason and how to run. Afterwards no link of this process is left.
 func TestNodeScenarios(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real clusters on network namespaces")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := servertest.Slow(t, "starts real clusters on network namespaces", 5*time.Minute)
 	env, err := Start(ctx, []string{"redis-sentinel", "etcd-cluster"})
 	if err != nil {
 		t.Fatal(err)

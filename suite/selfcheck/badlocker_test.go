@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local/localtest"
 )
@@ -59,10 +60,7 @@ func (panicLease) Release(context.Context) error { panic("boom in Release") }
 // (ignoring its context), ends each scenario with an error saying so,
 // within a bound, and leaves nothing on the servers.
 func TestBadLocker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
-	ctx := context.Background()
+	ctx := servertest.Slow(t, "starts real servers", 8*time.Minute)
 	env := localtest.Start(t, ctx, []string{"redis"})
 	rc, ec := localtest.Redis(t, env), localtest.Etcd(t, env)
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local/localtest"
 )
@@ -77,10 +78,7 @@ func (e erringLease) Release(ctx context.Context) error {
 // TestContract: the contract spec keeps the Redis adapter, and finds each
 // broken promise of a Locker that breaks one, with a message naming it.
 func TestContract(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
-	ctx := context.Background()
+	ctx := servertest.Slow(t, "starts real servers", 2*time.Minute)
 	env := localtest.Start(t, ctx, []string{"redis"})
 	base := env.Config("redis", false)
 	for _, tc := range []struct{ breaks, want string }{

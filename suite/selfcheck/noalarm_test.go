@@ -1,13 +1,13 @@
 package selfcheck_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
 	"github.com/locksuite/locksuite/suite/local/localtest"
@@ -25,10 +25,8 @@ const noAlarmRuns = 3
 // overlapping sections and are linearizable, every run. A suite that cried
 // wolf here would be measuring itself.
 func TestNoFalseAlarms(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
-	env := localtest.Start(t, context.Background(), local.Names)
+	ctx := servertest.Slow(t, "starts real servers", 5*time.Minute)
+	env := localtest.Start(t, ctx, local.Names)
 	for n, err := range env.Unavailable {
 		t.Fatalf("%s: %v", n, err)
 	}
@@ -46,7 +44,7 @@ func TestNoFalseAlarms(t *testing.T) {
 			cfg.Lease = 5 * time.Second
 			writes, lost, overlaps, lin := 0, int64(0), 0, 0
 			for i := range noAlarmRuns {
-				row, err := suite.Run(context.Background(), cfg, suite.Baseline)
+				row, err := suite.Run(ctx, cfg, suite.Baseline)
 				if err != nil {
 					t.Fatalf("%s fenced=%v run %d: %v", n, fenced, i+1, err)
 				}

@@ -1,7 +1,6 @@
 package selfcheck_test
 
 import (
-	"context"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,10 +18,7 @@ import (
 // run ends long before the minute with an error that names the service that
 // went away, instead of hanging or giving a verdict.
 func TestServerDiesMidRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
-	ctx := context.Background()
+	ctx := servertest.Slow(t, "starts real servers", 5*time.Minute)
 	for _, tc := range []struct {
 		name string
 		want string

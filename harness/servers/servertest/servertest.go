@@ -9,6 +9,22 @@ import (
 	"github.com/locksuite/locksuite/harness/servers"
 )
 
+// Slow skips the test under -short, saying why (what it starts), and
+// returns a context that ends after timeout or when the test and its
+// subtests end, whichever comes first. Called first in a test, it
+// registers the context's cancel with t.Cleanup before anything else, so
+// the cancel runs after the other cleanups (the servers Start stops, the
+// clients the test closes), which may still use the context.
+func Slow(t testing.TB, why string, timeout time.Duration) context.Context {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // Start starts a server with start (servers.StartRedis, servers.StartPostgres,
 // ...) and opts, failing the test if it cannot, and stops it when the test
 // and its subtests end: after the test's deferred calls, so after the
