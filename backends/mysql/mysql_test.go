@@ -162,14 +162,9 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("%+v: error %v, want one with %q and no password", tc.cfg, err, tc.want)
 		}
 	}
-	for _, tc := range []struct{ lease, ttl time.Duration }{{0, time.Second}, {200 * time.Millisecond, time.Second}, {1500 * time.Millisecond, 2 * time.Second}} {
-		l, err := New(Config{DSN: dsn, Key: "k", Lease: tc.lease})
-		if err != nil {
-			t.Errorf("Lease %v: %v", tc.lease, err)
-		} else if got := l.(backends.TTLer).TTL(); got != tc.ttl {
-			t.Errorf("Lease %v: TTL %v, want %v: whole seconds, rounded up", tc.lease, got, tc.ttl)
-		}
-	}
+	lockertest.WholeSecondTTL(t, func(lease time.Duration) (backends.Locker, error) {
+		return New(Config{DSN: dsn, Key: "k", Lease: lease})
+	})
 	c, _ := mysql.ParseDSN(dsn)
 	c.Passwd = "wrong"
 	c.User = "nobody"
@@ -219,19 +214,9 @@ func TestAuthAndTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := mysql.ParseDSN(s.DSN())
-	p := lockertest.Proxy(t, c.Addr)
-	l, err := New(Config{DSN: s.DSN(), TLS: tc, Addr: p.Addr(), Key: t.Name()})
-	l = lockertest.Managed(t, l, err, true)
-	lockertest.Acquire(t, l, 10*time.Second).Release(ctx)
-	bad, err := New(Config{DSN: strings.Replace(s.DSN(), s.Secrets().Password, "wrong", 1), TLS: tc, Key: t.Name()})
-	bad = lockertest.Managed(t, bad, err, false)
-	t0 := time.Now()
-	if _, err := bad.Acquire(ctx); err == nil || !strings.Contains(err.Error(), "Access denied") || strings.Contains(err.Error(), s.Secrets().Password) {
-		t.Errorf("wrong password: %v, want Access denied without the password", err)
-	}
-	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("wrong password refused after %v", d)
-	}
+	lockertest.AuthAndTLS(t, ctx, s.DSN(), s.Secrets().Password, c.Addr, "Access denied", func(endpoint, addr string) (backends.Locker, error) {
+		return New(Config{DSN: endpoint, TLS: tc, Addr: addr, Key: t.Name()})
+	})
 }
 
 // TestCutConnection: when the holder's connection is cut (the fault proxy

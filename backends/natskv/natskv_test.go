@@ -147,14 +147,9 @@ func TestBadConfig(t *testing.T) {
 		{Cfg: Config{URL: url, Key: "k", Lease: -time.Second}, Want: "negative"},
 		{Cfg: Config{URL: url, Key: "k", Addr: "nope"}, Want: "host:port"},
 	})
-	for _, tc := range []struct{ lease, ttl time.Duration }{{0, time.Second}, {200 * time.Millisecond, time.Second}, {1500 * time.Millisecond, 2 * time.Second}} {
-		l, err := New(Config{URL: url, Key: "k", Lease: tc.lease})
-		if err != nil {
-			t.Errorf("Lease %v: %v", tc.lease, err)
-		} else if got := l.(backends.TTLer).TTL(); got != tc.ttl {
-			t.Errorf("Lease %v: TTL %v, want %v: whole seconds, rounded up", tc.lease, got, tc.ttl)
-		}
-	}
+	lockertest.WholeSecondTTL(t, func(lease time.Duration) (backends.Locker, error) {
+		return New(Config{URL: url, Key: "k", Lease: lease})
+	})
 	port, _ := servers.FreePort()
 	l, err := New(Config{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Key: "k"})
 	if err != nil {
@@ -290,17 +285,7 @@ func TestAuthAndTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := lockertest.Proxy(t, s.Addr())
-	l, err := New(Config{URL: s.URL(), TLS: tc, Addr: p.Addr(), Key: t.Name()})
-	l = lockertest.Managed(t, l, err, true)
-	lockertest.Acquire(t, l, 10*time.Second).Release(context.Background())
-	bad, err := New(Config{URL: strings.Replace(s.URL(), s.Secrets().Password, "wrong", 1), TLS: tc, Key: t.Name()})
-	bad = lockertest.Managed(t, bad, err, false)
-	t0 := time.Now()
-	if _, err := bad.Acquire(context.Background()); err == nil || !strings.Contains(err.Error(), "Authorization Violation") || strings.Contains(err.Error(), s.Secrets().Password) {
-		t.Errorf("wrong password: %v, want Authorization Violation without the password", err)
-	}
-	if d := time.Since(t0); d > 5*time.Second {
-		t.Errorf("wrong password refused after %v", d)
-	}
+	lockertest.AuthAndTLS(t, context.Background(), s.URL(), s.Secrets().Password, s.Addr(), "Authorization Violation", func(endpoint, addr string) (backends.Locker, error) {
+		return New(Config{URL: endpoint, TLS: tc, Addr: addr, Key: t.Name()})
+	})
 }

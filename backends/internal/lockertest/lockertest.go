@@ -231,6 +231,21 @@ func Refuses[C any](t *testing.T, newLocker func(C) (backends.Locker, error), ca
 	}
 }
 
+// WholeSecondTTL checks an adapter whose server counts a lease in whole
+// seconds: newLocker's Locker of a Config.Lease of 0 (the default),
+// 200 ms and 1.5 s has a TTL of 1 s, 1 s and 2 s, rounded up.
+func WholeSecondTTL(t *testing.T, newLocker func(lease time.Duration) (backends.Locker, error)) {
+	t.Helper()
+	for _, tc := range []struct{ lease, ttl time.Duration }{{0, time.Second}, {200 * time.Millisecond, time.Second}, {1500 * time.Millisecond, 2 * time.Second}} {
+		l, err := newLocker(tc.lease)
+		if err != nil {
+			t.Errorf("Lease %v: %v", tc.lease, err)
+		} else if got := l.(backends.TTLer).TTL(); got != tc.ttl {
+			t.Errorf("Lease %v: TTL %v, want %v: whole seconds, rounded up", tc.lease, got, tc.ttl)
+		}
+	}
+}
+
 // DialVia is a Config.Dial that sends every connection to p, whatever the
 // address asked for; nil (the adapter's own dial) when p is nil.
 func DialVia(p *faults.Proxy) func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -271,6 +286,29 @@ func Proxy(t *testing.T, target string) *faults.Proxy {
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// AuthAndTLS checks an adapter against a server that demands a password
+// and TLS. newLocker makes a Locker of endpoint (the server's URL or DSN,
+// which holds password) that dials addr when addr is not "": the one of
+// endpoint through a fault proxy to target gets the lock within 10 s; the
+// one of endpoint with "wrong" for password is refused within 5 s with an
+// error that contains want (the server's message) and not the password.
+func AuthAndTLS(t *testing.T, ctx context.Context, endpoint, password, target, want string, newLocker func(endpoint, addr string) (backends.Locker, error)) {
+	t.Helper()
+	p := Proxy(t, target)
+	l, err := newLocker(endpoint, p.Addr())
+	l = Managed(t, l, err, true)
+	Acquire(t, l, 10*time.Second).Release(ctx)
+	bad, err := newLocker(strings.Replace(endpoint, password, "wrong", 1), "")
+	bad = Managed(t, bad, err, false)
+	t0 := time.Now()
+	if _, err := bad.Acquire(ctx); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), password) {
+		t.Errorf("wrong password: %v, want %s without the password", err, want)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("wrong password refused after %v", d)
+	}
 }
 
 // Main runs m against the server that the environment variable env names
