@@ -26,8 +26,8 @@ func TestCheck(t *testing.T) {
 	}{
 		{"empty run", nil, 0, Kept, 0, 0, ""},
 		{"serial writes", []history.Section{sec(0, 0, 10, A), sec(1, 10, 20, A), sec(0, 20, 30, A)}, 3, Kept, 0, 0, ""},
-		{"the guide's paused holder, unfenced", []history.Section{sec(0, 0, 300, A), sec(1, 200, 220, A)}, 1, Broken, 1, 2, "2 writes reported, counter is 1"},
-		{"the guide's paused holder, fenced", []history.Section{sec(0, 0, 300, R), sec(1, 200, 220, A)}, 1, Kept, 0, 0, ""},
+		{"the pause-testing guide's paused holder, unfenced", []history.Section{sec(0, 0, 300, A), sec(1, 200, 220, A)}, 1, Broken, 1, 2, "2 writes reported, counter is 1"},
+		{"the pause-testing guide's paused holder, fenced", []history.Section{sec(0, 0, 300, R), sec(1, 200, 220, A)}, 1, Kept, 0, 0, ""},
 		{"overlap without loss is diagnosed, not a violation", []history.Section{sec(0, 0, 10, A), sec(1, 5, 15, A)}, 2, Kept, 0, 2, ""},
 		{"counter above writes", []history.Section{sec(0, 0, 10, A)}, 2, Broken, -1, 0, "appeared"},
 		{"a rejected holder that writes again without a new read", []history.Section{

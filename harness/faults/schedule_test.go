@@ -17,7 +17,7 @@ func TestPlanIsReproducible(t *testing.T) {
 		t.Errorf("seeds 42 and 43 gave the same victims %v", a)
 	}
 	if a[0].At != 700*time.Millisecond || a[1].At != 2200*time.Millisecond || End(a) != 9*time.Second {
-		t.Errorf("times %v, want the guide's loop: first at 0.7s, every 1.5s, last ending at 9s", a)
+		t.Errorf("times %v, want the pause-testing guide's loop: first at 0.7s, every 1.5s, last ending at 9s", a)
 	}
 	for _, p := range Plan(1, 4, time.Second, time.Second, 3, true) {
 		if p.Victim != -1 {
