@@ -261,42 +261,40 @@ func consulFromEnv(name, v string) func() (*conn, error) {
 // (ETCDCTL_ENDPOINTS, LOCKSUITE_ETCD_CLUSTER): its endpoints, and the user
 // and TLS settings of the ETCDCTL_* variables that etcdctl reads.
 func etcdFromEnv(name, v string) func() (*conn, error) {
-	return func() (*conn, error) { return etcdConn(name, os.Getenv(v)) }
-}
-
-func etcdConn(name, endpoint string) (*conn, error) {
-	c := &conn{endpoint: endpoint}
-	if c.endpoint == "" {
-		return nil, nil
-	}
-	c.user, c.password, _ = strings.Cut(os.Getenv("ETCDCTL_USER"), ":")
-	if p := os.Getenv("ETCDCTL_PASSWORD"); p != "" {
-		c.password = p
-	}
-	c.secrets = append(c.secrets, c.password)
-	ca, cert, key := os.Getenv("ETCDCTL_CACERT"), os.Getenv("ETCDCTL_CERT"), os.Getenv("ETCDCTL_KEY")
-	if !strings.Contains(c.endpoint, "https://") && ca == "" && cert == "" {
+	return func() (*conn, error) {
+		c := &conn{endpoint: os.Getenv(v)}
+		if c.endpoint == "" {
+			return nil, nil
+		}
+		c.user, c.password, _ = strings.Cut(os.Getenv("ETCDCTL_USER"), ":")
+		if p := os.Getenv("ETCDCTL_PASSWORD"); p != "" {
+			c.password = p
+		}
+		c.secrets = append(c.secrets, c.password)
+		ca, cert, key := os.Getenv("ETCDCTL_CACERT"), os.Getenv("ETCDCTL_CERT"), os.Getenv("ETCDCTL_KEY")
+		if !strings.Contains(c.endpoint, "https://") && ca == "" && cert == "" {
+			return c, nil
+		}
+		t := &tls.Config{MinVersion: tls.VersionTLS12}
+		t.InsecureSkipVerify = os.Getenv("ETCDCTL_INSECURE_SKIP_TLS_VERIFY") == "true"
+		fix := "check ETCDCTL_CACERT, ETCDCTL_CERT and ETCDCTL_KEY (PEM files)"
+		if ca != "" {
+			pool, err := loadCA(ca)
+			if err != nil {
+				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("ETCDCTL_CACERT: %w", err), Fix: fix}
+			}
+			t.RootCAs = pool
+		}
+		if cert != "" || key != "" {
+			kp, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("ETCDCTL_CERT, ETCDCTL_KEY: %w", err), Fix: fix}
+			}
+			t.Certificates = []tls.Certificate{kp}
+		}
+		c.tls = t
 		return c, nil
 	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12}
-	t.InsecureSkipVerify = os.Getenv("ETCDCTL_INSECURE_SKIP_TLS_VERIFY") == "true"
-	fix := "check ETCDCTL_CACERT, ETCDCTL_CERT and ETCDCTL_KEY (PEM files)"
-	if ca != "" {
-		pool, err := loadCA(ca)
-		if err != nil {
-			return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("ETCDCTL_CACERT: %w", err), Fix: fix}
-		}
-		t.RootCAs = pool
-	}
-	if cert != "" || key != "" {
-		kp, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("ETCDCTL_CERT, ETCDCTL_KEY: %w", err), Fix: fix}
-		}
-		t.Certificates = []tls.Certificate{kp}
-	}
-	c.tls = t
-	return c, nil
 }
 
 // probeRedis: PING, over TLS and with the URL's credentials if any.
