@@ -489,6 +489,13 @@ var nodesTable = []Scenario{
 	},
 }
 
+// exclusive reports whether sc faults a server that other runs share (it
+// stops, kills or moves the clock of the lock service, or starts one on
+// network namespaces of its own): Execute runs it alone.
+func (sc *Scenario) exclusive() bool {
+	return sc.Family == FamilyCluster || sc.Family == FamilyNodes || sc.Name == ServerStall || sc.Name == ClockJump
+}
+
 func leaderKill(c *Config, e *run.Env) faults.Fault {
 	return &faults.LeaderKill{Service: c.Servers, Recovery: recoveryTimeout, Clock: e.Now}
 }

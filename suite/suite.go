@@ -28,8 +28,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -42,73 +42,32 @@ import (
 )
 
 // Test registers the specs for each cfg and runs them as one Ginkgo suite
-// (ginkgo allows one RunSpecs per test binary: pass every Config here). t is
-// a *testing.T, or any ginkgo.GinkgoTestingT. It reports whether all specs
-// passed.
+// (Ginkgo allows one RunSpecs per test binary: pass every Config here),
+// through Execute with Options{}: every scenario, DefaultParallel runs at
+// a time (ParallelEnv sets it). t is a *testing.T, or any
+// ginkgo.GinkgoTestingT. It reports whether all specs passed.
 //
-// A fenced Config whose lock gives no fencing token is not registered:
-// before registering it, Test acquires its lock once and reads the grant's
-// Lease.Fence(); if it is 0, fenced mode does not apply to this lock (every
-// fenced spec would skip), and Test says so in one line of its output
-// instead. A Config that cannot be probed (its server is down, its Config
-// is invalid) is registered as it is: its specs then say what is wrong.
-//
-// Before the specs, Test prints the sizes each Config runs with
-// (Config.Sizes); after them, the matrix of the results: a line per Config
-// (backend and fencing), a column per scenario, each cell kept, BROKEN n
-// lost, unknown or – (skipped), the reasons as numbered notes. With
-// LOCKSUITE_REPORT_DIR set (ReportDirEnv), it also writes the rows as JSON
-// and the matrix as Markdown there.
+// A fenced Config whose lock gives no fencing token is not registered
+// (see Execute), and Test says so in one line of its output. Before the
+// specs, Test prints the sizes each Config runs with (Config.Sizes); after
+// them, the matrix of the results: a line per Config (backend and
+// fencing), a column per scenario, each cell kept, BROKEN n lost, unknown
+// or – (skipped), the reasons as numbered notes. With LOCKSUITE_REPORT_DIR
+// set (ReportDirEnv), it also writes the rows as JSON and the matrix as
+// Markdown there.
 func Test(t GinkgoTestingT, cfgs ...Config) bool {
-	name := ""
-	if n, ok := t.(interface{ Name() string }); ok {
-		name = n.Name()
+	res := Execute(t, Options{}, cfgs...)
+	if _, isWorker, _ := worker.FromEnv(); isWorker {
+		return res.Passed
 	}
-	_, isWorker, _ := worker.FromEnv()
-	var (
-		mu           sync.Mutex
-		rows         []report.Row
-		unregistered []string
-	)
-	for i := range cfgs {
-		if next := cfgs[i].Report; !isWorker {
-			cfgs[i].Report = func(r report.Row) {
-				mu.Lock()
-				rows = append(rows, r)
-				mu.Unlock()
-				if next != nil {
-					next(r)
-				}
-			}
-		}
-		if cfgs[i].workerArgv == nil {
-			cfgs[i].workerArgv = workerArgv(name)
-		}
-		if !isWorker && cfgs[i].Fenced {
-			if reason := cannotFence(cfgs[i]); reason != "" {
-				logf("locksuite: %s: not registered: %s", describe(&cfgs[i]), reason)
-				unregistered = append(unregistered, describe(&cfgs[i])+": not registered: "+reason)
-				continue
-			}
-		}
-		if !isWorker {
-			logf("locksuite: %s: %s", describe(&cfgs[i]), cfgs[i].Sizes())
-		}
-		GinkgoTest(&cfgs[i])
-	}
-	if spec, ok, _ := worker.FromEnv(); ok {
-		// A worker process whose Config is not among cfgs: say so, and end.
-		fmt.Fprintf(os.Stderr, "locksuite worker: no Config named %q in this test\n", spec.Target)
-		os.Exit(3)
-	}
-	RegisterFailHandler(Fail)
-	ok := RunSpecs(t, "locksuite")
-	mu.Lock()
-	defer mu.Unlock()
-	report.Sort(rows, Order()...)
-	writeMatrix(rows, unregistered)
+	writeMatrix(res.Rows, res.Unregistered)
+	ok := res.Passed
 	if dir := os.Getenv(ReportDirEnv); dir != "" {
-		if err := writeReports(dir, name, rows, unregistered); err != nil {
+		name := ""
+		if n, isNamed := t.(interface{ Name() string }); isNamed {
+			name = n.Name()
+		}
+		if err := writeReports(dir, name, res.Rows, res.Unregistered); err != nil {
 			fmt.Fprintf(os.Stderr, "locksuite: %s: %v\n", ReportDirEnv, err)
 			ok = false
 		}
@@ -217,35 +176,56 @@ func logf(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args
 // without running them. It may be called several times, for several
 // backends or fencing modes, before one RunSpecs. cfg's Name, Fenced,
 // ExpectLoss and Servers are read now: they decide what each spec asserts,
-// and so its text; the rest is read when each spec runs.
+// and so its text; the rest is read when each spec runs. Each spec runs its
+// scenario itself, one after another (Execute can run them ahead, several at
+// once).
 //
 // In a chaos worker process (see harness/worker), GinkgoTest for the
 // worker's Config runs the worker and exits the process instead.
 func GinkgoTest(cfg *Config) {
+	register(cfg, Scenarios(), nil)
+}
+
+// register registers cfg's specs of the given scenarios: run by sched
+// ahead of their specs, or, with sched nil, each inside its spec.
+func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 	serveIfWorker(cfg)
 	if _, ok, _ := worker.FromEnv(); ok {
 		return // a worker for another Config: register nothing
 	}
 	runID := newRunID()
-	labels := []string{cfg.Name, fencedLabel(cfg)}
-	if cfg.Service != "" && cfg.Service != cfg.Name {
-		labels = append(labels, cfg.Service)
+	var frozen Config // what sched's jobs run: cfg as registered
+	if sched != nil {
+		frozen = *cfg
 	}
-	Describe(describe(cfg), Label(labels...), func() {
+	outer := containerLabels(cfg)
+	Describe(describe(cfg), Label(outer...), func() {
 		var c Config
 		BeforeEach(func() {
 			c = *cfg
 			Expect(c.Validate()).To(Succeed())
 		})
-		for i := range table {
-			sc := &table[i]
+		for i := range scenarios {
+			sc := &scenarios[i]
 			want := sc.Expect(cfg)
-			labels := append([]string{sc.Name}, sc.Labels...)
-			if sc.Family != "" {
-				labels = append(labels, sc.Family)
+			labels := specLabels(sc)
+			var j *job
+			if sched != nil {
+				j = sched.add(func(ctx context.Context) (report.Row, error) {
+					if err := frozen.Validate(); err != nil {
+						return report.Row{}, err // the spec's BeforeEach fails with it
+					}
+					return sc.run(ctx, frozen, runID)
+				}, sc.exclusive(), []string{describe(cfg), sc.Text.For(want)}, slices.Concat(outer, labels))
 			}
 			It(sc.Text.For(want), Label(labels...), func(ctx SpecContext) {
-				row, err := sc.run(ctx, c, runID)
+				var row report.Row
+				var err error
+				if j != nil {
+					row, err = sched.await(ctx, j)
+				} else {
+					row, err = sc.run(ctx, c, runID)
+				}
 				if r, ok := skipped(c, sc.Name, err); ok {
 					publish(c, r)
 					Skip(r.Reason)

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("LOCKSUITE_TEST_AS_CLI") == "1" {
 		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	if b := os.Getenv(asSuiteTest); b != "" {
+		os.Exit(suiteTest(b))
+	}
 	// The CLI writes its spec log and artifacts under TMPDIR: keep those of
 	// the in-process runs in a directory of this test binary's own, owned
 	// (tempdir.New), so that a later run removes it if this binary dies

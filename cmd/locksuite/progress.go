@@ -14,7 +14,8 @@ import (
 )
 
 // progress shows on stderr what a run is doing while its specs run: the
-// scenario, its elapsed and planned time, and the violations so far. On a
+// scenario run that has been going longest, its elapsed and planned time,
+// how many more are running beside it, and the violations so far. On a
 // terminal it rewrites one line in place; otherwise it prints a plain line
 // every `every`. Lost updates are known when a run ends; while it runs, its
 // overlapping critical sections show the lock failing.
@@ -26,19 +27,25 @@ type progress struct {
 
 	mu       sync.Mutex
 	began    time.Time // the whole run
-	done     int
+	done     int       // rows reported
+	finished int       // runs whose load is over (their rows may come later)
 	broken   int
 	lost     int64
 	findings int
-	cur      string // backend, fencing and scenario running, or ""
-	curStart time.Time
-	planned  time.Duration
-	sections int // of the running scenario, so far
-	overlaps int
-	width    int // of the line on the terminal
+	running  map[string]*running // by report.Progress.Run
+	width    int                 // of the line on the terminal
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+}
+
+// running is a scenario run in progress, as its last report says.
+type running struct {
+	name     string // backend, fencing and scenario
+	start    time.Time
+	planned  time.Duration
+	sections int
+	overlaps int
 }
 
 // isTerminal reports whether w is a terminal.
@@ -54,7 +61,7 @@ func isTerminal(w io.Writer) bool {
 // newProgress starts a progress display on w for total scenario runs: in
 // place, updated every 250ms, if tty; else a line every `every`.
 func newProgress(w io.Writer, tty bool, every time.Duration, total int) *progress {
-	p := &progress{w: w, tty: tty, every: every, total: total, began: time.Now(), stop: make(chan struct{})}
+	p := &progress{w: w, tty: tty, every: every, total: total, began: time.Now(), stop: make(chan struct{}), running: map[string]*running{}}
 	if tty {
 		p.every = 250 * time.Millisecond
 	}
@@ -80,11 +87,23 @@ func newProgress(w io.Writer, tty bool, every time.Duration, total int) *progres
 func (p *progress) update(name string, r report.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cur := name + " " + r.Scenario
-	if cur != p.cur {
-		p.cur, p.curStart = cur, time.Now().Add(-r.Elapsed)
+	key := r.Run
+	if key == "" {
+		key = name + " " + r.Scenario
 	}
-	p.planned, p.sections, p.overlaps = r.Planned, r.Sections, r.Overlaps
+	st := p.running[key]
+	if r.Done {
+		if st != nil {
+			delete(p.running, key)
+			p.finished++
+		}
+		return
+	}
+	if st == nil {
+		st = &running{name: name + " " + r.Scenario, start: time.Now().Add(-r.Elapsed)}
+		p.running[key] = st
+	}
+	st.planned, st.sections, st.overlaps = r.Planned, r.Sections, r.Overlaps
 }
 
 // end counts a result.
@@ -97,17 +116,26 @@ func (p *progress) end(r report.Row) {
 		p.lost += max(r.Lost, 0)
 	}
 	p.findings += len(findings([]report.Row{r}))
-	p.cur = ""
 }
 
 func (p *progress) line() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "locksuite: [%d/%d] ", min(p.done+1, p.total), p.total)
-	if p.cur != "" {
-		fmt.Fprintf(&b, "%s %v of %v, %d sections, %d overlapping", p.cur, time.Since(p.curStart).Round(100*time.Millisecond),
-			p.planned.Round(100*time.Millisecond), p.sections, p.overlaps)
+	fmt.Fprintf(&b, "locksuite: [%d/%d] ", min(max(p.done, p.finished)+1, p.total), p.total)
+	// The run going longest, and how many besides.
+	var cur *running
+	for _, st := range p.running {
+		if cur == nil || st.start.Before(cur.start) || st.start.Equal(cur.start) && st.name < cur.name {
+			cur = st
+		}
+	}
+	if cur != nil {
+		fmt.Fprintf(&b, "%s %v of %v, %d sections, %d overlapping", cur.name, time.Since(cur.start).Round(100*time.Millisecond),
+			cur.planned.Round(100*time.Millisecond), cur.sections, cur.overlaps)
+		if n := len(p.running); n > 1 {
+			fmt.Fprintf(&b, " (and %d more running)", n-1)
+		}
 	} else {
 		b.WriteString("starting")
 	}

@@ -57,6 +57,7 @@ func TestProgressLines(t *testing.T) {
 	p := newProgress(&buf, false, 20*time.Millisecond, 3)
 	p.update("redis fencing=off", report.Progress{Scenario: "pause-targeted", Planned: 5 * time.Second, Sections: 40, Overlaps: 2})
 	waitFor(t, "a first line", func() bool { return strings.Count(buf.String(), "\n") >= 1 })
+	p.update("redis fencing=off", report.Progress{Scenario: "pause-targeted", Done: true})
 	p.end(report.Row{Backend: "redis", Scenario: "pause-targeted", Verdict: report.Broken, Expected: report.Broken, Lost: 3})
 	p.end(report.Row{Backend: "redis", Fencing: true, Scenario: "pause-targeted", Verdict: report.Broken, Expected: report.Kept, Lost: 2})
 	p.update("redis fencing=on", report.Progress{Scenario: "chaos-none", Planned: 10 * time.Second, Elapsed: time.Second, Sections: 7})

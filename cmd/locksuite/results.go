@@ -140,7 +140,7 @@ func (s *results) finish(rows []report.Row, status string, passed bool, specLog 
 	return werr
 }
 
-// tempLogPrefix names the temporary directory of the spec log runSpecs
+// tempLogPrefix names the temporary directory of the spec log run
 // makes when --log is not given.
 const tempLogPrefix = "locksuite-log-"
 
@@ -157,7 +157,7 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// specLogIn is where runSpecs writes the spec log: --log's file, else
+// specLogIn is where run writes the spec log: --log's file, else
 // the artifacts directory's spec.log when every run's artifacts are kept
 // there, else "" (a temporary file, which finish removes or names).
 func specLogIn(o options, art *artifacts) options {

@@ -25,10 +25,18 @@ import (
 // TMPDIR, and returns its exit status, stdout and stderr.
 func runCLI(t *testing.T, tmp string, args ...string) (int, string, string) {
 	t.Helper()
+	return runWith(t, tmp, []string{"LOCKSUITE_TEST_AS_CLI=1"}, args...)
+}
+
+// runWith runs the test binary with env added to its environment (which
+// decides what it acts as: see TestMain) in a child process with its own
+// TMPDIR, and returns its exit status, stdout and stderr.
+func runWith(t *testing.T, tmp string, env []string, args ...string) (int, string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "LOCKSUITE_TEST_AS_CLI=1", "TMPDIR="+tmp)
+	cmd.Env = append(append(os.Environ(), env...), "TMPDIR="+tmp)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

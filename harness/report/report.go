@@ -83,12 +83,18 @@ type Row struct {
 // display: how long it has run and plans to, and what its history shows so
 // far. Lost updates are known only at the end, from the final counter.
 type Progress struct {
+	// Run identifies the scenario run (its lock's key): several runs may
+	// report at once.
+	Run      string
 	Scenario string
 	Elapsed  time.Duration
 	Planned  time.Duration
 	Sections int // critical sections recorded so far
 	Overlaps int // accepted sections overlapping another accepted one, so far
 	Rejected int // sections the fenced store refused, so far
+	// Done marks the run's last report: its load is over (its checks,
+	// and its spec's report, follow).
+	Done bool
 }
 
 // Sort orders rows by backend, fencing (off first), then scenario: the

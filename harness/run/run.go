@@ -390,14 +390,15 @@ func (e *Env) close() {
 	}
 }
 
-// progress reports to Setup.Progress now and every second until done.
+// progress reports to Setup.Progress now, every second, and once more
+// (Progress.Done) when done is closed.
 func (e *Env) progress(done <-chan struct{}, planned time.Duration) {
 	if e.Progress == nil {
 		return
 	}
 	t0 := time.Now()
-	once := func() {
-		p := report.Progress{Scenario: e.Scenario, Elapsed: time.Since(t0), Planned: planned}
+	once := func(last bool) {
+		p := report.Progress{Run: e.Key, Scenario: e.Scenario, Elapsed: time.Since(t0), Planned: planned, Done: last}
 		secs := e.Rec.Sections()
 		in := map[int]bool{}
 		for _, o := range checker.Overlaps(secs) {
@@ -411,14 +412,15 @@ func (e *Env) progress(done <-chan struct{}, planned time.Duration) {
 		}
 		e.Progress(p)
 	}
-	once()
+	once(false)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-			once()
+			once(false)
 		case <-done:
+			once(true)
 			return
 		}
 	}

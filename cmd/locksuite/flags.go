@@ -1,0 +1,200 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/locksuite/locksuite/suite"
+	"github.com/locksuite/locksuite/suite/local"
+)
+
+// options are run's parsed flags.
+type options struct {
+	backends  []string
+	scenarios []string
+	fencing   []bool
+	json      string
+	markdown  string
+	junit     string
+	html      string
+	rows      bool
+	repeat    int
+	parallel  int
+	lease     time.Duration
+	duration  time.Duration
+	clients   int
+	log       string
+
+	artifacts     string
+	keepBroken    string
+	progress      string
+	set           [][2]string // the flags given, as name and value, in order
+	store         string
+	interval      time.Duration
+	stallEvery    int
+	longLease     time.Duration
+	workers       int
+	pause         time.Duration
+	pauses        int
+	seed          uint64
+	chaosDuration time.Duration
+}
+
+func parseList(flagName, v string, allowed []string) ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if s == "all" {
+			return allowed, nil
+		}
+		if !slices.Contains(allowed, s) {
+			return nil, &usageError{fmt.Sprintf("--%s: unknown %q: choose from %s (or all)", flagName, s, strings.Join(allowed, ","))}
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, &usageError{fmt.Sprintf("--%s is empty: choose from %s (or all)", flagName, strings.Join(allowed, ","))}
+	}
+	return out, nil
+}
+
+// parseBackends parses --backends: names from local.Names,
+// local.Libraries, local.Clusters and local.WhenNamed; "all" is every name
+// of local.Names, "libraries" every one of local.Libraries.
+func parseBackends(v string) ([]string, error) {
+	var parts []string
+	for _, s := range strings.Split(v, ",") {
+		switch strings.TrimSpace(s) {
+		case "all":
+			parts = append(parts, local.Names...)
+		case "libraries":
+			parts = append(parts, local.Libraries...)
+		default:
+			parts = append(parts, s)
+		}
+	}
+	allowed := slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed)
+	return parseList("backends", strings.Join(parts, ","), allowed)
+}
+
+func parseRun(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("locksuite run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from `+strings.Join(local.Variables(), ", ")+"; clusters, started here when named (not by all): "+strings.Join(local.Clusters, ",")+"; on kube-apiserver (the build of ci/setup.sh) or KUBECONFIG's cluster, when named: "+strings.Join(local.WhenNamed, ","))
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Names(""), ",")+"; chaos (worker processes): "+strings.Join(suite.Names(suite.FamilyChaos), ",")+"; network and server faults: "+strings.Join(suite.Names(suite.FamilyFault), ",")+"; on clusters: "+strings.Join(suite.Names(suite.FamilyCluster), ",")+"; on clusters partitioned on network namespaces (root): "+strings.Join(suite.Names(suite.FamilyNodes), ","))
+	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
+	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")
+	fs.StringVar(&o.markdown, "markdown", "", "also write the matrix, its notes and every row (folded) as Markdown to `FILE`, for a pull-request comment (default: not written)")
+	fs.StringVar(&o.html, "html", "", "also write a self-contained HTML report to `FILE`: the matrix coloured, each cell linked to its runs' timelines and histories (kept in --artifacts, default FILE's name with _files for .html), how to reproduce each run, the environment (default: not written)")
+	fs.BoolVar(&o.rows, "rows", false, "print every row (one per run) above the matrix; with --repeat, one line per backend, fencing and scenario with the counts (default: the matrix only)")
+	fs.StringVar(&o.junit, "junit", "", "also write Ginkgo's JUnit XML report to `FILE` (default: not written)")
+	fs.IntVar(&o.repeat, "repeat", 1, "run each scenario `N` times and summarize the verdicts")
+	fs.IntVar(&o.parallel, "parallel", 0, fmt.Sprintf("run up to `N` scenario runs at once; a run that faults a shared server runs alone; 1: one after another (default %d here: twice the CPUs, 2 to 8, or %s)", suite.DefaultParallel(), suite.ParallelEnv))
+	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")
+	fs.DurationVar(&o.duration, "duration", 2*time.Second, "how long the baseline and the control run")
+	fs.IntVar(&o.clients, "clients", 3, "concurrent clients in the baseline and the control")
+	fs.StringVar(&o.artifacts, "artifacts", "", "keep every run's history (JSON) and HTML timeline in `DIR`, with the servers' logs and how to reproduce each run (reproduce.txt) (default: none; broken runs are kept anyway, see --keep-broken)")
+	fs.StringVar(&o.keepBroken, "keep-broken", "auto", "when a run comes out broken or unknown, keep its history, timeline, the servers' logs, its seed and the command to reproduce it in `DIR`: auto is a new directory under $TMPDIR, named on stderr; off keeps nothing")
+	fs.StringVar(&o.store, "store", "", "counter store: postgres (as in the pause-testing guide) or etcd (default: postgres when it is among the backends, else the embedded etcd)")
+	fs.DurationVar(&o.interval, "interval", 0, "time between chaos pauses (default 500ms)")
+	fs.IntVar(&o.stallEvery, "stall-every", 0, "every Nth critical section stalls in the stall scenarios (default 10)")
+	fs.DurationVar(&o.longLease, "long-lease", 0, "lease of the long-lease scenario (default 2.5 × --pause)")
+	fs.IntVar(&o.workers, "workers", 0, "chaos worker processes (default 3)")
+	fs.DurationVar(&o.pause, "pause", 0, "chaos pause and stall length (default per backend: redis, postgres 500ms; consul 800ms; etcd 2s)")
+	fs.IntVar(&o.pauses, "pauses", 0, "process pauses per pause scenario (default per backend: 4; etcd 3)")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the fault schedule (default random; every row prints its seed)")
+	fs.DurationVar(&o.chaosDuration, "chaos-duration", 0, "how long chaos workers run (default per backend: 5s; consul 6s; etcd 8s; at least the pauses' schedule)")
+	fs.StringVar(&o.progress, "progress", "auto", "progress on stderr (the scenario, its elapsed and planned time, violations so far): auto rewrites one line on a terminal and prints a line every 5s otherwise; a `DURATION` prints a line that often; off")
+	fs.StringVar(&o.log, "log", "", "write the Ginkgo spec log to `FILE` (default: a temporary file, named at the end)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: locksuite run [flags]
+
+Runs the suite's scenarios for each backend, with fencing off and on, against
+real servers, and prints the matrix: a line per backend and fencing mode, a
+column per scenario, each cell kept, BROKEN n lost, unknown or – (skipped), the
+reasons as numbered notes below (--rows: every run's writes, counter, lost,
+overlaps, rejected and verdict too). Compare two runs' --json with locksuite diff.
+
+Example:
+  locksuite run --backends etcd --scenarios deterministic-pause --json r.json
+  locksuite run --backends etcd --html r.html     (open r.html: the matrix, linked to every run's timeline)
+  locksuite run --backends redis --scenarios pause-targeted --fencing off --seed 42
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, &usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return o, &usageError{fmt.Sprintf("unexpected argument %q: flags only (see locksuite run --help)", fs.Arg(0))}
+	}
+	fs.Visit(func(f *flag.Flag) { o.set = append(o.set, [2]string{f.Name, f.Value.String()}) })
+	if o.progress != "auto" && o.progress != "off" {
+		if d, err := time.ParseDuration(o.progress); err != nil || d <= 0 {
+			return o, &usageError{fmt.Sprintf("--progress %q: choose auto, off or a positive duration such as 5s", o.progress)}
+		}
+	}
+	if o.keepBroken == "" {
+		return o, &usageError{"--keep-broken is empty: give a directory, auto (a new one under $TMPDIR) or off"}
+	}
+	var err error
+	if o.backends, err = parseBackends(*backends); err != nil {
+		return o, err
+	}
+	if strings.TrimSpace(*backends) == "all" {
+		o.backends = local.Names // clusters only when named
+	}
+	if o.scenarios, err = parseList("scenarios", *scenarios, suite.Order()); err != nil {
+		return o, err
+	}
+	modes, err := parseList("fencing", *fencing, []string{"off", "on"})
+	if err != nil {
+		return o, err
+	}
+	for _, m := range modes {
+		o.fencing = append(o.fencing, m == "on")
+	}
+	switch {
+	case o.repeat < 1:
+		return o, &usageError{fmt.Sprintf("--repeat %d: it must be at least 1", o.repeat)}
+	case o.parallel < 0:
+		return o, &usageError{fmt.Sprintf("--parallel %d: it must be at least 1 (0: the default, %d here)", o.parallel, suite.DefaultParallel())}
+	case o.lease < 0:
+		return o, &usageError{fmt.Sprintf("--lease %v: it must be positive", o.lease)}
+	case o.duration <= 0:
+		return o, &usageError{fmt.Sprintf("--duration %v: it must be positive", o.duration)}
+	case o.clients < 2:
+		return o, &usageError{fmt.Sprintf("--clients %d: at least 2 clients are needed to contend", o.clients)}
+	case o.workers < 0 || o.workers == 1:
+		return o, &usageError{fmt.Sprintf("--workers %d: at least 2 workers are needed to contend", o.workers)}
+	case o.pause < 0:
+		return o, &usageError{fmt.Sprintf("--pause %v: it must be positive", o.pause)}
+	case o.pauses < 0:
+		return o, &usageError{fmt.Sprintf("--pauses %d: it must not be negative", o.pauses)}
+	case o.store != "" && o.store != "postgres" && o.store != "etcd":
+		return o, &usageError{fmt.Sprintf("--store %q: choose postgres or etcd", o.store)}
+	case o.interval < 0 || o.stallEvery < 0:
+		return o, &usageError{fmt.Sprintf("--interval %v and --stall-every %d must not be negative", o.interval, o.stallEvery)}
+	case o.longLease < 0:
+		return o, &usageError{fmt.Sprintf("--long-lease %v: it must be positive", o.longLease)}
+	case o.chaosDuration < 0:
+		return o, &usageError{fmt.Sprintf("--chaos-duration %v: it must be positive", o.chaosDuration)}
+	}
+	return o, nil
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/internal/tempdir"
+	"github.com/locksuite/locksuite/suite"
+	"github.com/locksuite/locksuite/suite/local"
+)
+
+// run is `locksuite run`: the servers from suite/local, a Config per
+// backend and fencing mode, and suite.Execute, the entry point suite.Test
+// runs through too; then the CLI's own outputs.
+func run(args []string, stdout, stderr io.Writer) error {
+	o, err := parseRun(args, stderr)
+	if err != nil {
+		return err
+	}
+	o = withReportFiles(o)
+	if err := checkOutputs(outputsOf(o)); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	t0 := time.Now()
+	var lopts []local.Option
+	if o.store != "" {
+		lopts = append(lopts, local.WithStore(o.store))
+	}
+	env, err := local.Start(ctx, o.backends, lopts...)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	fmt.Fprintf(stderr, "locksuite: servers ready in %v; counter store: %s\n", time.Since(t0).Round(time.Millisecond), env.Store)
+
+	art, err := newArtifacts(o)
+	if err != nil {
+		return err
+	}
+	defer art.abandon()
+	res := newResults(o, art, stderr)
+	var (
+		rows []report.Row // the backends that could not run
+		cfgs []suite.Config
+		prog *progress
+	)
+	for _, n := range o.backends {
+		if err := env.Unavailable[n]; err != nil {
+			fmt.Fprintf(stderr, "locksuite: %v\n", err)
+			for _, f := range o.fencing {
+				for _, s := range o.scenarios {
+					rows = append(rows, report.Row{Backend: n, Fencing: f, Scenario: s, Verdict: report.Skipped, Reason: err.Error()})
+				}
+			}
+			continue
+		}
+		for _, f := range o.fencing {
+			cfg := configure(env.Config(n, f), o, art.dir)
+			cfg.Report = func(r report.Row) { // from each spec, one after another
+				res.add(r)
+				if prog != nil {
+					prog.end(r)
+				}
+			}
+			name := fmt.Sprintf("%s fencing=%s", n, onOff(f))
+			cfg.Progress = func(p report.Progress) { // from the runs, several at once
+				if prog != nil {
+					prog.update(name, p)
+				}
+			}
+			cfgs = append(cfgs, cfg)
+		}
+	}
+	if len(cfgs) == 0 {
+		report.Sort(rows, suite.Order()...)
+		res.write(rows, "")
+		report.WriteMatrix(stdout, rows)
+		return &usageError{"no backend could run (see the reasons above)"}
+	}
+	if ctx.Err() != nil {
+		// Interrupted while the servers started: Ginkgo's own handler is not
+		// installed yet, so stop here (the deferred Close ends the servers).
+		return fmt.Errorf("interrupted")
+	}
+	parallel := o.parallel
+	if parallel == 0 {
+		parallel = suite.DefaultParallel()
+	}
+	planned := len(cfgs) * len(o.scenarios) * o.repeat
+	fmt.Fprintf(stderr, "locksuite: %d scenario runs, up to %d at once (--parallel)\n", planned, parallel)
+	if o.progress != "off" {
+		every, _ := time.ParseDuration(o.progress)
+		if o.progress == "auto" {
+			every = 5 * time.Second
+		}
+		prog = newProgress(stderr, o.progress == "auto" && isTerminal(stderr), every, planned)
+	}
+	res.planned = len(rows) + planned
+	res.begin(rows)
+	specLog, err := specLogPath(specLogIn(o, art))
+	if err != nil {
+		return err
+	}
+	out := suite.Execute(&tb{}, suite.Options{Scenarios: o.scenarios, Repeat: o.repeat, Parallel: parallel,
+		SpecLog: specLog, JUnitReport: o.junit}, cfgs...)
+	if prog != nil {
+		prog.close()
+	}
+	for _, u := range out.Unregistered {
+		fmt.Fprintf(stderr, "locksuite: %s\n", u)
+	}
+	rows = append(rows, out.Rows...)
+	report.Sort(rows, suite.Order()...)
+	art.finish(rows, env, specLog, stderr, ctx.Err() != nil)
+	if err := res.finish(rows, cutShort(ctx, rows, res.planned), ctx.Err() == nil && len(findings(rows)) == 0, specLog, stdout); err != nil && ctx.Err() == nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted")
+	}
+	if bad := findings(rows); len(bad) > 0 {
+		for _, b := range bad {
+			fmt.Fprintln(stderr, "locksuite: finding:", b)
+		}
+		return errFinding
+	}
+	return nil
+}
+
+// configure applies run's flags to a backend's Config: the sizes given
+// (the backend's own otherwise), the artifacts directory, and ExpectLoss
+// unfenced: a lease lock is expected to lose the stalled holder's update,
+// and the spec asserts that.
+func configure(cfg suite.Config, o options, artifacts string) suite.Config {
+	override(&cfg.Lease, o.lease)
+	cfg.Duration, cfg.Clients = o.duration, o.clients
+	cfg.Artifacts = artifacts
+	override(&cfg.Chaos.Workers, o.workers)
+	override(&cfg.Chaos.Pause, o.pause)
+	override(&cfg.Chaos.Pauses, o.pauses)
+	override(&cfg.Chaos.Duration, o.chaosDuration)
+	override(&cfg.Chaos.Interval, o.interval)
+	override(&cfg.Chaos.StallEvery, o.stallEvery)
+	override(&cfg.Chaos.LongLease, o.longLease)
+	cfg.Chaos.Seed = o.seed
+	cfg.ExpectLoss = !cfg.Fenced
+	return cfg
+}
+
+// findings lists results that make the exit status 1: a run whose verdict
+// is not what its spec asserted (Row.Expected: kept or broken; a measured
+// run asserts only that it reached a verdict), and a result that stayed
+// unknown. The runs of one spec (--repeat) with the same verdict are one
+// finding, which says in how many of the spec's runs it was seen and gives
+// the first one's reason.
+func findings(rows []report.Row) []string {
+	type spec struct {
+		backend, scenario string
+		fencing           bool
+	}
+	type finding struct {
+		s        spec
+		id, text string // id: the spec and verdict; text: the rest
+		n        int
+	}
+	runs := map[spec]int{}
+	var out []*finding
+	byID := map[string]*finding{}
+	for _, r := range rows {
+		s := spec{r.Backend, r.Scenario, r.Fencing}
+		runs[s]++
+		id := fmt.Sprintf("%s fencing=%v %s: %s", r.Backend, r.Fencing, r.Scenario, r.Verdict)
+		var text string
+		switch {
+		case r.Verdict == report.Skipped:
+			continue
+		case r.Verdict == report.Unknown:
+			text = " (" + r.Reason + ")"
+		case r.Expected != report.Kept && r.Expected != report.Broken, r.Verdict == r.Expected:
+			continue
+		case r.Scenario == suite.Control:
+			text = ": the harness did not catch a lock that always grants"
+		default:
+			text = ", expected " + string(r.Expected) + " (" + r.Reason + ")"
+		}
+		if f := byID[id]; f != nil {
+			f.n++
+			continue
+		}
+		byID[id] = &finding{s: s, id: id, text: text, n: 1}
+		out = append(out, byID[id])
+	}
+	lines := make([]string, len(out))
+	for i, f := range out {
+		lines[i] = f.id + f.text
+		if m := runs[f.s]; m > 1 {
+			lines[i] = fmt.Sprintf("%s in %d of %d runs%s", f.id, f.n, m, strings.Replace(f.text, " (", " (the first: ", 1))
+		}
+	}
+	return lines
+}
+
+// tb is the GinkgoTestingT of an in-process run: the verdicts are in the
+// rows, and Ginkgo's own in its report.
+type tb struct{}
+
+func (tb) Fail() {}
+
+// specLogPath is where the spec log goes: --log's file, else a new
+// temporary directory's spec.log, which names its owner: if this process is
+// killed, the next run removes it (tempdir.RemoveStale).
+func specLogPath(o options) (string, error) {
+	if o.log != "" {
+		return o.log, nil
+	}
+	dir, err := tempdir.New("", tempLogPrefix)
+	if err != nil {
+		return "", fmt.Errorf("spec log: %w", err)
+	}
+	return filepath.Join(dir, "spec.log"), nil
+}
+
+// override sets *dst to a flag's value v when the flag was given (v > 0;
+// the flags' default 0 keeps the backend's own setting).
+func override[T int | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+var errFinding = errors.New("finding")

@@ -1,0 +1,206 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"sync"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/locksuite/locksuite/harness/load"
+	"github.com/locksuite/locksuite/harness/report"
+)
+
+// scheduler runs the scenario runs of Execute's specs ahead of the specs
+// that report them, at most parallel at once. Ginkgo runs specs one after
+// another, and a scenario run is mostly waiting, so the runs of the specs
+// still to come go on while an earlier spec waits for its own. A job that
+// faults a shared server (exclusive) runs alone: nothing else runs while
+// it does. Exclusive jobs go first, one after another, then the rest in
+// the order the specs were registered; a spec that waits for a job not
+// started yet moves it ahead of the other jobs that are not exclusive, so
+// that no spec waits for more than a slot to free and its own run (Ginkgo
+// may run the top-level containers in an order of its own).
+//
+// The dispatcher starts at the first await, so that registering specs
+// (a dry run, a worker process) runs nothing.
+type scheduler struct {
+	parallel int
+	suite    types.SuiteConfig
+	ctx      context.Context
+	cancel   context.CancelFunc
+	start    sync.Once
+	end      sync.Once
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	changed *sync.Cond // a job ended, was queued or promoted, or the scheduler stopped
+	queue   []*job     // not started, in the order they start
+	running int
+	alone   bool // an exclusive job runs
+}
+
+// job is one scenario run.
+type job struct {
+	run       func(ctx context.Context) (report.Row, error)
+	exclusive bool
+	queued    bool // in the scheduler's queue (Ginkgo was expected to run its spec)
+	started   bool
+	consumed  bool // a spec took its result: another attempt (Ginkgo's repeats) runs anew
+	done      chan struct{}
+	cancel    context.CancelFunc
+	row       report.Row
+	err       error
+}
+
+func newScheduler(parallel int, sc types.SuiteConfig) *scheduler {
+	s := &scheduler{parallel: parallel, suite: sc}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.changed = sync.NewCond(&s.mu)
+	return s
+}
+
+// add makes a job of run for a spec with these texts and labels; it is
+// queued only if Ginkgo is to run the spec (willRun): a spec Ginkgo runs
+// anyway runs its job itself.
+func (s *scheduler) add(run func(context.Context) (report.Row, error), exclusive bool, texts, labels []string) *job {
+	j := &job{run: run, exclusive: exclusive, done: make(chan struct{})}
+	if !willRun(s.suite, texts, labels) {
+		return j
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j.queued = true
+	if exclusive { // after the exclusive jobs already queued, before the rest
+		i := slices.IndexFunc(s.queue, func(q *job) bool { return !q.exclusive })
+		if i < 0 {
+			i = len(s.queue)
+		}
+		s.queue = slices.Insert(s.queue, i, j)
+	} else {
+		s.queue = append(s.queue, j)
+	}
+	return j
+}
+
+// await returns j's result: run ahead by the scheduler, or run now within
+// ctx for a job it has not queued or whose result a previous attempt took.
+// If ctx ends first, j is cancelled (its faults healed, its clients
+// closed) before await returns ctx's error.
+func (s *scheduler) await(ctx context.Context, j *job) (report.Row, error) {
+	s.mu.Lock()
+	inline := !j.queued || j.consumed
+	j.consumed = true
+	if !inline && !j.started {
+		s.promote(j)
+	}
+	s.mu.Unlock()
+	if inline {
+		return protect(ctx, j.run)
+	}
+	s.start.Do(func() {
+		s.wg.Add(1)
+		go s.dispatch()
+	})
+	select {
+	case <-j.done:
+		return j.row, j.err
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	if !j.started { // never started: take it off the queue
+		s.queue = slices.DeleteFunc(s.queue, func(q *job) bool { return q == j })
+		s.mu.Unlock()
+		return report.Row{}, ctx.Err()
+	}
+	s.mu.Unlock()
+	j.cancel()
+	<-j.done
+	return report.Row{}, ctx.Err()
+}
+
+// promote moves the queued job j ahead of the queued jobs that are not
+// exclusive. Called with s.mu held.
+func (s *scheduler) promote(j *job) {
+	if j.exclusive {
+		return
+	}
+	s.queue = slices.DeleteFunc(s.queue, func(q *job) bool { return q == j })
+	i := slices.IndexFunc(s.queue, func(q *job) bool { return !q.exclusive })
+	if i < 0 {
+		i = len(s.queue)
+	}
+	s.queue = slices.Insert(s.queue, i, j)
+	s.changed.Broadcast()
+}
+
+// dispatch starts queued jobs as slots free, until the queue is empty or
+// the scheduler stops.
+func (s *scheduler) dispatch() {
+	defer s.wg.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		for len(s.queue) > 0 && s.ctx.Err() == nil {
+			j := s.queue[0]
+			if j.exclusive && s.running > 0 || !j.exclusive && (s.alone || s.running >= s.parallel) {
+				break
+			}
+			s.queue = s.queue[1:]
+			s.launch(j)
+		}
+		if len(s.queue) == 0 || s.ctx.Err() != nil {
+			return
+		}
+		s.changed.Wait()
+	}
+}
+
+// launch starts j, bounded by specTimeout. Called with s.mu held.
+func (s *scheduler) launch(j *job) {
+	ctx, cancel := context.WithTimeout(s.ctx, specTimeout)
+	j.started, j.cancel = true, cancel
+	s.running++
+	s.alone = j.exclusive
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		j.row, j.err = protect(ctx, j.run)
+		s.mu.Lock()
+		s.running--
+		if j.exclusive {
+			s.alone = false
+		}
+		s.changed.Broadcast()
+		s.mu.Unlock()
+		close(j.done)
+	}()
+}
+
+// stop cancels the jobs still running, drops those not started and waits
+// until every started job has ended (healed its faults, closed its
+// clients). Idempotent.
+func (s *scheduler) stop() {
+	s.end.Do(func() {
+		s.cancel()
+		s.mu.Lock()
+		s.queue = nil
+		s.changed.Broadcast()
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+}
+
+// protect runs run, turning a panic of the code under test into an error
+// (a spec body's panic is Ginkgo's to report; a job's is not in a spec).
+func protect(ctx context.Context, run func(context.Context) (report.Row, error)) (row report.Row, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			row, err = report.Row{}, fmt.Errorf("suite: %w", &load.PanicError{Value: p, Stack: debug.Stack()})
+		}
+	}()
+	return run(ctx)
+}
