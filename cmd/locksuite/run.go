@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
@@ -109,9 +110,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	res.planned = len(rows) + planned
 	res.begin(rows)
-	specLog, err := specLogPath(specLogIn(o, art))
-	if err != nil {
-		return err
+	specLog := ""
+	if _, isWorker, _ := worker.FromEnv(); !isWorker { // a worker serves and exits in Execute
+		if specLog, err = specLogPath(specLogIn(o, art)); err != nil {
+			return err
+		}
 	}
 	out := suite.Execute(&tb{}, suite.Options{Scenarios: o.scenarios, Repeat: o.repeat, Parallel: parallel,
 		SpecLog: specLog, JUnitReport: o.junit}, cfgs...)
