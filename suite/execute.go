@@ -49,7 +49,10 @@ type Options struct {
 	// JUnitReport, if not empty, is where Ginkgo writes its JUnit XML
 	// report. Default: as -ginkgo.junit-report says.
 	JUnitReport string
-	_           struct{}
+	// Shard, if set, runs only its share of the runs (see Shard); Results
+	// then holds only that share's rows. Default: the whole run.
+	Shard Shard
+	_     struct{}
 }
 
 // ParallelEnv, if set to a positive number, is the default of
@@ -102,8 +105,9 @@ type Results struct {
 // ends. In a chaos worker process, Execute serves as the worker for its
 // Config and exits the process (see GinkgoTest).
 func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
-	if o.Parallel < 0 || o.Repeat < 0 {
-		return Results{Unregistered: []string{fmt.Sprintf("suite: Options.Parallel %d and Repeat %d must not be negative", o.Parallel, o.Repeat)}}
+	if o.Parallel < 0 || o.Repeat < 0 || o.Shard.Total > 1 && (o.Shard.Index < 1 || o.Shard.Index > o.Shard.Total) {
+		return Results{Unregistered: []string{fmt.Sprintf("suite: Options.Parallel %d and Repeat %d must not be negative, and Shard %d of %d must be between 1 and its Total",
+			o.Parallel, o.Repeat, o.Shard.Index, o.Shard.Total)}}
 	}
 	selected, err := selectScenarios(o.Scenarios)
 	if err != nil {
@@ -143,6 +147,7 @@ func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
 		cfg := &cfgs[i]
 		if next := cfg.Report; !isWorker {
 			cfg.Report = func(r report.Row) {
+				r.Shard = o.Shard.String()
 				mu.Lock()
 				res.Rows = append(res.Rows, r)
 				mu.Unlock()
@@ -162,14 +167,25 @@ func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
 				res.Unregistered = append(res.Unregistered, describe(cfg)+": not registered: "+reason)
 				sizes = sizes[:len(sizes)-1]
 				for _, s := range selected {
-					res.Rows = append(res.Rows, report.Row{Backend: cfg.Name, Fencing: true, Scenario: s.Name,
-						Verdict: report.Skipped, Reason: reason})
+					for n := range max(o.Repeat, 1) {
+						if o.Shard.Has(cfg.Name, true, s.Name, n) {
+							cfg.Report(report.Row{Backend: cfg.Name, Fencing: true, Scenario: s.Name, Verdict: report.Skipped, Reason: reason})
+						}
+					}
 				}
 				continue
 			}
 		}
-		for range max(o.Repeat, 1) {
-			register(cfg, selected, sched)
+		for n := range max(o.Repeat, 1) {
+			var mine []Scenario
+			for _, s := range selected {
+				if o.Shard.Has(cfg.Name, cfg.Fenced, s.Name, n) {
+					mine = append(mine, s)
+				}
+			}
+			if len(mine) > 0 || isWorker {
+				register(cfg, mine, sched)
+			}
 		}
 	}
 	if spec, ok, _ := worker.FromEnv(); ok {

@@ -215,7 +215,7 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 					if err := frozen.Validate(); err != nil {
 						return report.Row{}, err // the spec's BeforeEach fails with it
 					}
-					return sc.run(ctx, frozen, runID)
+					return sc.timed(ctx, frozen, runID)
 				}, sc.exclusive(), []string{describe(cfg), sc.Text.For(want)}, slices.Concat(outer, labels))
 			}
 			It(sc.Text.For(want), Label(labels...), func(ctx SpecContext) {
@@ -224,7 +224,7 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 				if j != nil {
 					row, err = sched.await(ctx, j)
 				} else {
-					row, err = sc.run(ctx, c, runID)
+					row, err = sc.timed(ctx, c, runID)
 				}
 				if r, ok := skipped(c, sc.Name, err); ok {
 					publish(c, r)
@@ -251,6 +251,16 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 			}, SpecTimeout(specTimeout))
 		}
 	})
+}
+
+// timed is sc.run, with the row's WallMS.
+func (sc *Scenario) timed(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+	t0 := time.Now()
+	row, err := sc.run(ctx, cfg, runID)
+	if row.Verdict != report.Skipped {
+		row.WallMS = time.Since(t0).Milliseconds()
+	}
+	return row, err
 }
 
 // describe is the text of cfg's container: "redis lock, fenced".

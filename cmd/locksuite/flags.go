@@ -25,6 +25,7 @@ type options struct {
 	rows      bool
 	repeat    int
 	parallel  int
+	shard     suite.Shard
 	lease     time.Duration
 	duration  time.Duration
 	clients   int
@@ -94,6 +95,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from `+strings.Join(local.Variables(), ", ")+"; clusters, started here when named (not by all): "+strings.Join(local.Clusters, ",")+"; on kube-apiserver (the build of ci/setup.sh) or KUBECONFIG's cluster, when named: "+strings.Join(local.WhenNamed, ","))
 	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Names(""), ",")+"; chaos (worker processes): "+strings.Join(suite.Names(suite.FamilyChaos), ",")+"; network and server faults: "+strings.Join(suite.Names(suite.FamilyFault), ",")+"; on clusters: "+strings.Join(suite.Names(suite.FamilyCluster), ",")+"; on clusters partitioned on network namespaces (root): "+strings.Join(suite.Names(suite.FamilyNodes), ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
+	shard := fs.String("shard", "", "run only share `I/N` of the runs (1 <= I <= N), for a run split over N machines or CI jobs; every shard of the same flags agrees on the split, and locksuite merge joins the shards' --json (default: the whole run)")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the matrix, its notes and every row (folded) as Markdown to `FILE`, for a pull-request comment (default: not written)")
 	fs.StringVar(&o.html, "html", "", "also write a self-contained HTML report to `FILE`: the matrix coloured, each cell linked to its runs' timelines and histories (kept in --artifacts, default FILE's name with _files for .html), how to reproduce each run, the environment (default: not written)")
@@ -149,6 +151,13 @@ Flags:
 		if d, err := time.ParseDuration(o.progress); err != nil || d <= 0 {
 			return o, &usageError{fmt.Sprintf("--progress %q: choose auto, off or a positive duration such as 5s", o.progress)}
 		}
+	}
+	if *shard != "" {
+		sh, err := suite.ParseShard(*shard)
+		if err != nil {
+			return o, &usageError{"--" + err.Error()}
+		}
+		o.shard = sh
 	}
 	if o.keepBroken == "" {
 		return o, &usageError{"--keep-broken is empty: give a directory, auto (a new one under $TMPDIR) or off"}

@@ -27,6 +27,7 @@ Usage:
   locksuite run [flags]     run the suite and print a result table
   locksuite sweep [flags]   lost updates over leases × pause lengths for one backend
   locksuite diff OLD NEW    what changed between two runs' --json rows (exit 1: kept → broken)
+  locksuite merge A B ...   the matrix of a run split with --shard, from its shards' --json
   locksuite help            show this text
 
 Run 'locksuite run --help' or 'locksuite sweep --help' for their flags and
@@ -66,13 +67,15 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "run", "sweep", "diff":
+	case "run", "sweep", "diff", "merge":
 		var err error
 		switch args[0] {
 		case "run":
 			err = run(args[1:], stdout, stderr)
 		case "sweep":
 			err = sweep(args[1:], stdout, stderr)
+		case "merge":
+			err = merge(args[1:], stdout, stderr)
 		default:
 			err = diffCmd(args[1:], stdout, stderr)
 		}

@@ -62,7 +62,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "locksuite: %v\n", err)
 			for _, f := range o.fencing {
 				for _, s := range o.scenarios {
-					rows = append(rows, report.Row{Backend: n, Fencing: f, Scenario: s, Verdict: report.Skipped, Reason: err.Error()})
+					for i := range o.repeat {
+						if o.shard.Has(n, f, s, i) {
+							rows = append(rows, report.Row{Backend: n, Fencing: f, Scenario: s, Verdict: report.Skipped, Reason: err.Error()})
+						}
+					}
 				}
 			}
 			continue
@@ -99,8 +103,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if parallel == 0 {
 		parallel = suite.DefaultParallel()
 	}
-	planned := len(cfgs) * len(o.scenarios) * o.repeat
-	fmt.Fprintf(stderr, "locksuite: %d scenario runs, up to %d at once (--parallel)\n", planned, parallel)
+	planned := 0
+	for _, c := range cfgs {
+		for _, s := range o.scenarios {
+			for i := range o.repeat {
+				if o.shard.Has(c.Name, c.Fenced, s, i) {
+					planned++
+				}
+			}
+		}
+	}
+	shard := ""
+	if o.shard.Total > 1 {
+		shard = " in shard " + o.shard.String()
+	}
+	fmt.Fprintf(stderr, "locksuite: %d scenario runs%s, up to %d at once (--parallel)\n", planned, shard, parallel)
 	if o.progress != "off" {
 		every, _ := time.ParseDuration(o.progress)
 		if o.progress == "auto" {
@@ -117,7 +134,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	out := suite.Execute(&tb{}, suite.Options{Scenarios: o.scenarios, Repeat: o.repeat, Parallel: parallel,
-		SpecLog: specLog, JUnitReport: o.junit}, cfgs...)
+		SpecLog: specLog, JUnitReport: o.junit, Shard: o.shard}, cfgs...)
 	if prog != nil {
 		prog.close()
 	}

@@ -77,6 +77,13 @@ type Row struct {
 	// Artifacts are the files this run left in suite.Config.Artifacts: its
 	// history (a Timeline as JSON) and its HTML timeline.
 	Artifacts []string `json:"artifacts,omitempty"`
+	// Shard is the share of a split run ("2/4": suite.Shard) the row came
+	// from; empty for a whole run.
+	Shard string `json:"shard,omitempty"`
+	// WallMS is how long the run took from start to verdict: its clients
+	// and counter made, its load, its checks (DurationMS is its load
+	// alone). Zero for a skipped row.
+	WallMS int64 `json:"wall_ms,omitempty"`
 }
 
 // Progress is what a scenario run knows while it runs, for a progress

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// TestShardsMerge: a run split with --shard 1/2 and --shard 2/2 runs each
+// spec in exactly one shard, and locksuite merge of the two gives the
+// unsharded run's verdicts, matrix and exit status (on the embedded etcd,
+// with the deterministic scenarios, fenced and not).
+func TestShardsMerge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the suite")
+	}
+	tmp := t.TempDir()
+	args := []string{"run", "--backends", "etcd", "--scenarios", "baseline,control,deterministic-pause,release-after-expiry,contract", "--duration", "500ms"}
+	js := func(name string) string { return filepath.Join(tmp, name) }
+	code, wholeOut, errs := runCLI(t, tmp, append(args, "--json", js("whole.json"))...)
+	if code != 0 {
+		t.Fatalf("whole run: exit %d\n%s\n%s", code, wholeOut, errs)
+	}
+	for i := 1; i <= 2; i++ {
+		code, out, errs := runCLI(t, tmp, append(args, "--shard", fmt.Sprintf("%d/2", i), "--json", js(fmt.Sprintf("s%d.json", i)))...)
+		if code != 0 {
+			t.Fatalf("shard %d/2: exit %d\n%s\n%s", i, code, out, errs)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := cli([]string{"merge", "--json", js("merged.json"), js("s1.json"), js("s2.json")}, &out, &errb); code != 0 {
+		t.Fatalf("merge: exit %d, want 0 as the whole run's\n%s\n%s", code, out.String(), errb.String())
+	}
+	cell := func(r report.Row) string { return fmt.Sprintf("%s/%v/%s", r.Backend, r.Fencing, r.Scenario) }
+	verdicts := func(rows []report.Row) map[string]report.Verdict {
+		m := map[string]report.Verdict{}
+		for _, r := range rows {
+			m[cell(r)] = r.Verdict
+		}
+		return m
+	}
+	whole, s1, s2 := readRowsFile(t, js("whole.json")), readRowsFile(t, js("s1.json")), readRowsFile(t, js("s2.json"))
+	if len(s1) == 0 || len(s2) == 0 || len(s1)+len(s2) != len(whole) {
+		t.Errorf("shards of %d and %d rows, the whole run %d: each spec must run in exactly one shard", len(s1), len(s2), len(whole))
+	}
+	in1 := verdicts(s1)
+	for _, r := range s2 {
+		if _, dup := in1[cell(r)]; dup {
+			t.Errorf("%s ran in both shards", cell(r))
+		}
+	}
+	got, want := verdicts(readRowsFile(t, js("merged.json"))), verdicts(whole)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: merged %q, whole run %q", k, got[k], v)
+		}
+	}
+	// The matrix: the same cells, up to the numbers of lost updates.
+	shape := func(m string) string {
+		f := strings.Fields(m[:strings.Index(m, "\n\n")])
+		for i, w := range f {
+			if _, err := fmt.Sscan(w, new(int)); err == nil {
+				f[i] = "n"
+			}
+		}
+		return strings.Join(f, " ")
+	}
+	if a, b := shape(out.String()), shape(wholeOut); a != b {
+		t.Errorf("merged matrix:\n%s\nwhole run's:\n%s", out.String(), wholeOut)
+	}
+}
+
+// TestMergeRefuses: merge's exit status is the whole run's (1 for a
+// finding) and it refuses a missing shard, a shard given twice, shards of
+// two splits, a file that is not rows, and no file, with status 2 and the
+// fix.
+func TestMergeRefuses(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, rows ...report.Row) string {
+		p := filepath.Join(dir, name)
+		var b bytes.Buffer
+		if err := report.EncodeRows(&b, rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	row := func(shard, scenario string, v, want report.Verdict) report.Row {
+		return report.Row{Backend: "etcd", Scenario: scenario, Verdict: v, Expected: want, Shard: shard}
+	}
+	a := write("a.json", row("1/2", suite.Baseline, report.Kept, report.Kept))
+	b := write("b.json", row("2/2", suite.DeterministicPause, report.Kept, report.Broken)) // a finding
+	c := write("c.json", row("1/3", suite.Baseline, report.Kept, report.Kept))
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte("not json"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{a, b}, 1, "finding: etcd fencing=false deterministic-pause: kept, expected broken"},
+		{[]string{a}, 2, "shard 2/2 missing"},
+		{[]string{a, a, b}, 2, "are both shard 1/2"},
+		{[]string{a, c}, 2, "give the shards of one split"},
+		{[]string{a, bad}, 2, bad},
+		{nil, 2, "no file"},
+	} {
+		var out, errb bytes.Buffer
+		code := cli(append([]string{"merge"}, tc.args...), &out, &errb)
+		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("merge %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
+	}
+}
