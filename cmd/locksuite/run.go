@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +39,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var lopts []local.Option
 	if o.store != "" {
 		lopts = append(lopts, local.WithStore(o.store))
+	}
+	if spec, isWorker, _ := worker.FromEnv(); isWorker {
+		// A chaos worker needs its own Config's backend only, and its
+		// coordinator's counter store: not a probe of every named server.
+		if name, _, ok := strings.Cut(spec.Target, "/fenced="); ok && slices.Contains(o.backends, name) {
+			o.backends = []string{name}
+		}
+		if s := os.Getenv(workerStoreEnv); s != "" {
+			lopts = append(lopts, local.WithStore(s))
+		}
 	}
 	env, err := local.Start(ctx, o.backends, lopts...)
 	if err != nil {
@@ -73,6 +84,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		for _, f := range o.fencing {
 			cfg := configure(env.Config(n, f), o, art.dir)
+			cfg.WorkerEnv = append(cfg.WorkerEnv, workerStoreEnv+"="+env.Store)
 			cfg.Report = func(r report.Row) { // from each spec, one after another
 				res.add(r)
 				if prog != nil {
@@ -261,3 +273,8 @@ func override[T int | time.Duration](dst *T, v T) {
 }
 
 var errFinding = errors.New("finding")
+
+// workerStoreEnv tells a chaos worker (the CLI run again) which counter
+// store its coordinator uses: the worker starts only its own backend, whose
+// default store may be another.
+const workerStoreEnv = "LOCKSUITE_CLI_STORE"
