@@ -33,36 +33,6 @@ import (
 	"github.com/locksuite/locksuite/suite/local"
 )
 
-const usage = `locksuite tells whether a distributed lock keeps the data it protects safe
-when its holder pauses past its lease: it stalls lock holders on purpose against
-real Redis, etcd, Consul and Postgres servers and checks that every acknowledged
-write is in the protected counter exactly once.
-
-Usage:
-  locksuite run [flags]     run the suite and print a result table
-  locksuite sweep [flags]   lost updates over leases × pause lengths for one backend
-  locksuite diff OLD NEW    what changed between two runs' --json rows (exit 1: kept → broken)
-  locksuite help            show this text
-
-Run 'locksuite run --help' or 'locksuite sweep --help' for their flags and
-defaults. By default, run runs every backend it can start or reach (consul,
-etcd, postgres, redis), every scenario, with fencing off and on; it starts its
-own servers on free loopback ports unless REDIS_URL, DATABASE_URL/PG*,
-ETCDCTL_ENDPOINTS or CONSUL_HTTP_ADDR name yours, and keeps the histories,
-timelines and servers' logs of broken runs in a directory it names.
-
-Examples:
-  locksuite run --backends etcd         every scenario on the embedded etcd (about 2 minutes)
-  locksuite run --scenarios deterministic-pause --repeat 20 --markdown r.md
-  locksuite sweep --backend redis
-
-Install: go install github.com/locksuite/locksuite/cmd/locksuite@latest
-
-Exit status: 0 when every fenced configuration kept the counter invariant, every
-baseline kept it and every control was caught; 1 when one did not (a finding);
-2 for bad usage or when no backend could run.
-`
-
 func main() {
 	// go-redis logs every Sentinel failover it follows on stderr, which
 	// carries the CLI's own messages; the rows report the failover.
@@ -77,7 +47,7 @@ func (u *usageError) Error() string { return u.msg }
 
 func cli(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	switch args[0] {
@@ -107,7 +77,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return 0
 	default:
 		fmt.Fprintf(stderr, "locksuite: unknown command %q: use 'locksuite run' (see 'locksuite help')\n", args[0])
@@ -194,7 +164,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("locksuite run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	backends := fs.String("backends", "all", "comma-separated backends: "+strings.Join(local.Names, ",")+" (all); lock libraries as they ship, started here when named: "+strings.Join(local.Libraries, ",")+` (libraries); each is started here (redis-server, initdb/postgres, embedded etcd, the Consul build of ci/setup.sh) or taken from `+strings.Join(local.Variables(), ", ")+"; clusters, started here when named (not by all): "+strings.Join(local.Clusters, ",")+"; on kube-apiserver (the build of ci/setup.sh) or KUBECONFIG's cluster, when named: "+strings.Join(local.WhenNamed, ","))
+	backends := fs.String("backends", "all", backendsHelp())
 	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Names(""), ",")+"; chaos (worker processes): "+strings.Join(suite.Names(suite.FamilyChaos), ",")+"; network and server faults: "+strings.Join(suite.Names(suite.FamilyFault), ",")+"; on clusters: "+strings.Join(suite.Names(suite.FamilyCluster), ",")+"; on clusters partitioned on network namespaces (root): "+strings.Join(suite.Names(suite.FamilyNodes), ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")
@@ -203,20 +173,20 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.rows, "rows", false, "print every row (one per run) above the matrix; with --repeat, one line per backend, fencing and scenario with the counts (default: the matrix only)")
 	fs.StringVar(&o.junit, "junit", "", "also write Ginkgo's JUnit XML report to `FILE` (default: not written)")
 	fs.IntVar(&o.repeat, "repeat", 1, "run each scenario `N` times and summarize the verdicts")
-	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend: redis, postgres, consul 200ms; etcd 1s, its floor)")
+	fs.DurationVar(&o.lease, "lease", 0, leaseHelp())
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "how long the baseline and the control run")
 	fs.IntVar(&o.clients, "clients", 3, "concurrent clients in the baseline and the control")
 	fs.StringVar(&o.artifacts, "artifacts", "", "keep every run's history (JSON) and HTML timeline in `DIR`, with the servers' logs and how to reproduce each run (reproduce.txt) (default: none; broken runs are kept anyway, see --keep-broken)")
 	fs.StringVar(&o.keepBroken, "keep-broken", "auto", "when a run comes out broken or unknown, keep its history, timeline, the servers' logs, its seed and the command to reproduce it in `DIR`: auto is a new directory under $TMPDIR, named on stderr; off keeps nothing")
-	fs.StringVar(&o.store, "store", "", "counter store: postgres (as in the pause-testing guide) or etcd (default: postgres when it is among the backends, else the embedded etcd)")
+	fs.StringVar(&o.store, "store", "", storeHelp())
 	fs.DurationVar(&o.interval, "interval", 0, "time between chaos pauses (default 500ms)")
 	fs.IntVar(&o.stallEvery, "stall-every", 0, "every Nth critical section stalls in the stall scenarios (default 10)")
 	fs.DurationVar(&o.longLease, "long-lease", 0, "lease of the long-lease scenario (default 2.5 × --pause)")
 	fs.IntVar(&o.workers, "workers", 0, "chaos worker processes (default 3)")
-	fs.DurationVar(&o.pause, "pause", 0, "chaos pause and stall length (default per backend: redis, postgres 500ms; consul 800ms; etcd 2s)")
-	fs.IntVar(&o.pauses, "pauses", 0, "process pauses per pause scenario (default per backend: 4; etcd 3)")
+	fs.DurationVar(&o.pause, "pause", 0, pauseHelp())
+	fs.IntVar(&o.pauses, "pauses", 0, pausesHelp())
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the fault schedule (default random; every row prints its seed)")
-	fs.DurationVar(&o.chaosDuration, "chaos-duration", 0, "how long chaos workers run (default per backend: 5s; consul 6s; etcd 8s; at least the pauses' schedule)")
+	fs.DurationVar(&o.chaosDuration, "chaos-duration", 0, chaosDurationHelp())
 	fs.StringVar(&o.progress, "progress", "auto", "progress on stderr (the scenario, its elapsed and planned time, violations so far): auto rewrites one line on a terminal and prints a line every 5s otherwise; a `DURATION` prints a line that often; off")
 	fs.StringVar(&o.log, "log", "", "write the Ginkgo spec log to `FILE` (default: a temporary file, named at the end)")
 	fs.Usage = func() {
