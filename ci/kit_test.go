@@ -101,11 +101,24 @@ func TestKitWorkflow(t *testing.T) {
 	_, _, with := get("Check out locksuite")
 	path, _ := with["path"].(string)
 	_, run, _ := get("Install the servers")
-	script, ok := strings.CutPrefix(strings.TrimSpace(run), path+"/")
+	cmdline, ok := strings.CutPrefix(strings.TrimSpace(run), path+"/")
+	script, services, _ := strings.Cut(cmdline, " ")
 	if !ok || path == "" {
 		t.Errorf("Install the servers runs %q, not a script in the locksuite checkout %q", run, path)
 	} else if fi, err := os.Stat(filepath.Join("..", script)); err != nil || fi.Mode()&0o111 == 0 {
 		t.Errorf("Install the servers runs %s, which is not an executable file of this repository (%v)", script, err)
+	} else if out, err := exec.Command("bash", append([]string{filepath.Join("..", script), "--list"}, strings.Fields(services)...)...).CombinedOutput(); err != nil {
+		t.Errorf("Install the servers runs %s with services %q, which it refuses: %v\n%s", script, services, err, out)
+	}
+	// The services it installs are those the example starts.
+	example, err := os.ReadFile("example/locksuite_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`local\.Start\([^,]+, \[\]string\{([^}]*)\}`).FindSubmatch(example); m == nil {
+		t.Errorf("ci/example/locksuite_test.go calls no local.Start(ctx, []string{...})")
+	} else if want := strings.Join(strings.Fields(strings.NewReplacer(`"`, " ", ",", " ").Replace(string(m[1]))), " "); services != want {
+		t.Errorf("Install the servers installs %q, the example starts %q", services, want)
 	}
 	_, run, _ = get("Point the module at locksuite")
 	if !strings.Contains(run, "-replace github.com/locksuite/locksuite=./"+path) {

@@ -2,41 +2,170 @@
 # Installs what locksuite's harness needs to start its own servers on a
 # Debian or Ubuntu machine, and nothing it already has. Idempotent; safe to
 # copy into a lock library's CI.
-#   - redis-server (apt), for the Redis backend
-#   - redis-sentinel (apt), for the redis-sentinel cluster (primary, replica,
-#     three Sentinels) of the failover scenarios
-#   - PostgreSQL's server (apt postgresql-15), for the Postgres backend and the
-#     counter store; the harness makes a throwaway cluster with initdb
-#   - MariaDB's server (apt mariadb-server, 10.11 on Debian 12), for the mysql
-#     backend (GET_LOCK); the harness makes a throwaway server with
-#     mariadb-install-db
-#   - libfaketime (apt faketime), so that the clock-jump scenario can move
-#     the harness's redis-server's wall clock mid-run
-#   - chromium (apt), for the test that opens the HTML timelines headless
-#   - docker-compose (apt), only to validate docker-compose.yml (no engine)
-#   - ZooKeeper 3.8 (apt zookeeper, with Java 17), for the zookeeper and
-#     zk-lock backends and the zookeeper-ensemble; the harness runs the
-#     server's jar with java itself (no service is started)
-#   - Consul 1.13.9, built from source with `go build` from the tools module in
-#     harness/consulbuild (about 7 minutes the first time) and cached at
-#     ${XDG_CACHE_HOME:-~/.cache}/locksuite/consul-1.13.9
-#   - kube-apiserver 1.37.2, built from source with `go build` from the tools
-#     module in harness/kubebuild (about 5 minutes on an idle 2-core machine,
-#     20 on a busy one, the first time; a 171 MB binary) and cached at
-#     ${XDG_CACHE_HOME:-~/.cache}/locksuite/kube-apiserver-1.37.2, for the
-#     k8s-lease and leader-election backends. With LOCKSUITE_KUBE_APISERVER
-#     naming a kube-apiserver binary it builds nothing.
-# etcd and NATS need nothing: the harness embeds the real servers.
+#
+#   ci/setup.sh [--list | --dry-run] [SERVICE...]
+#
+# SERVICE is a service of suite/local's table (local.Services(); the
+# TestSetupServices test checks that the names agree), or "tests" for what
+# locksuite's own tests need besides the servers. With none, it installs
+# everything (all services and "tests"). A lock library's CI names the
+# services it runs: `ci/setup.sh redis` installs redis-server and
+# libfaketime, nothing else. --list prints what it would install on a
+# machine that has none of it ("apt PACKAGE" and "build BINARY" lines) and
+# installs nothing; --dry-run prints what it would install here.
+#
+# What each service needs (plan below):
+#   redis           redis-server (apt), and libfaketime (apt faketime), so
+#                   that the clock-jump scenario can move the harness's
+#                   redis-server's wall clock mid-run
+#   redis-3         redis-server (three of them, for redsync-3)
+#   redis-sentinel  redis-server and redis-sentinel (apt): a primary, a
+#                   replica and three Sentinels, for the failover scenarios
+#   postgres        PostgreSQL's server (apt postgresql-15, or postgresql
+#                   where the distribution has no 15); the harness makes a
+#                   throwaway cluster with initdb. The counter store too.
+#   mysql           MariaDB's server (apt mariadb-server, 10.11 on Debian
+#                   12), for GET_LOCK; the harness makes a throwaway server
+#                   with mariadb-install-db
+#   zookeeper, zookeeper-ensemble
+#                   ZooKeeper 3.8 (apt zookeeper, with Java 17); the harness
+#                   runs the server's jar with java itself (no service is
+#                   started)
+#   consul, consul-cluster
+#                   Consul 1.13.9, built from source with `go build` from
+#                   the tools module in harness/consulbuild (about 7 minutes
+#                   the first time) and cached at
+#                   ${XDG_CACHE_HOME:-~/.cache}/locksuite/consul-1.13.9.
+#                   With LOCKSUITE_CONSUL naming a consul binary it builds
+#                   nothing.
+#   kube            kube-apiserver 1.37.2, built from source with `go build`
+#                   from the tools module in harness/kubebuild (about 5
+#                   minutes on an idle 2-core machine, 20 on a busy one, the
+#                   first time; a 171 MB binary) and cached at
+#                   ${XDG_CACHE_HOME:-~/.cache}/locksuite/kube-apiserver-1.37.2,
+#                   for the k8s-lease and leader-election backends. With
+#                   LOCKSUITE_KUBE_APISERVER naming a kube-apiserver binary
+#                   it builds nothing.
+#   etcd, etcd-cluster, nats, nats-cluster
+#                   nothing: the harness embeds the real servers
+#   tests           chromium (apt), for the test that opens the HTML
+#                   timelines headless, and docker-compose (apt), only to
+#                   validate docker-compose.yml (no engine)
+#
+# The builds start first, in the background, while apt installs the
+# packages (one apt-get install for all of them). Consul and kube-apiserver
+# are separate tools modules with dependency versions of their own, so they
+# cannot share one `go build`; the two builds run at once.
 #
 # From another repository (a lock library's CI, see ci/README.md), run it by
 # its path in a checkout of locksuite (.locksuite/ci/setup.sh), or copy it
-# alone: it then finds locksuite's source for the Consul build in
-# $LOCKSUITE_SRC, else as the module github.com/locksuite/locksuite of the
-# Go module in the current directory (`go list -m`, which follows a replace
-# to a checkout). With LOCKSUITE_CONSUL naming a consul binary it builds
-# nothing.
+# alone: it then finds locksuite's source for the builds in $LOCKSUITE_SRC,
+# else as the module github.com/locksuite/locksuite of the Go module in the
+# current directory (`go list -m`, which follows a replace to a checkout).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# services is every name plan knows, in suite/local's table order, then
+# tests.
+services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster tests"
+
+# plan SERVICE prints what SERVICE needs, one "apt PACKAGE" or "build
+# BINARY" line each; it fails for an unknown SERVICE. A new service adds
+# its line here.
+plan() {
+  case $1 in
+    redis) echo "apt redis-server"; echo "apt faketime" ;;
+    redis-3) echo "apt redis-server" ;;
+    redis-sentinel) echo "apt redis-server"; echo "apt redis-sentinel" ;;
+    postgres) echo "apt postgresql-15" ;;
+    mysql) echo "apt mariadb-server" ;;
+    zookeeper | zookeeper-ensemble) echo "apt zookeeper" ;;
+    consul | consul-cluster) echo "build consul" ;;
+    kube) echo "build kube-apiserver" ;;
+    etcd | etcd-cluster | nats | nats-cluster) ;; # embedded
+    tests) echo "apt chromium"; echo "apt docker-compose" ;;
+    *) return 1 ;;
+  esac
+}
+
+have_pg() { command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
+have_mariadb() { command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; }
+have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || ls /usr/lib/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; }
+
+# have PACKAGE reports whether what PACKAGE gives the harness is here.
+have() {
+  case $1 in
+    redis-server | redis-sentinel) command -v "$1" >/dev/null ;;
+    postgresql-15) have_pg ;;
+    mariadb-server) have_mariadb ;;
+    faketime) have_faketime ;;
+    zookeeper) [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null ;;
+    chromium) command -v chromium >/dev/null || command -v chromium-browser >/dev/null ;;
+    docker-compose) command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 ;;
+    *) return 1 ;;
+  esac
+}
+
+consul_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/consul-1.13.9"
+kube_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/kube-apiserver-1.37.2"
+if [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ]; then kube_bin=$LOCKSUITE_KUBE_APISERVER; fi
+if [ -n "${LOCKSUITE_CONSUL:-}" ]; then consul_bin=$LOCKSUITE_CONSUL; fi
+
+# built BINARY reports whether the build of BINARY is not needed: cached,
+# or named by its variable.
+built() {
+  case $1 in
+    consul) [ -n "${LOCKSUITE_CONSUL:-}" ] || [ -x "$consul_bin" ] ;;
+    kube-apiserver) [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ] || [ -x "$kube_bin" ] ;;
+  esac
+}
+
+usage() {
+  echo "usage: ci/setup.sh [--list | --dry-run] [SERVICE...]"
+  echo "services: $services"
+}
+
+mode=install
+names=()
+for a in "$@"; do
+  case $a in
+    --list) mode=list ;;
+    --dry-run) mode=dry-run ;;
+    -h | --help) usage; exit 0 ;;
+    -*) echo "ci/setup.sh: unknown flag $a" >&2; usage >&2; exit 2 ;;
+    *) names+=("$a") ;;
+  esac
+done
+if [ ${#names[@]} -eq 0 ]; then read -r -a names <<<"$services"; fi
+
+# items: what the named services need, each once, in order.
+items=()
+for n in "${names[@]}"; do
+  if ! out=$(plan "$n"); then
+    echo "ci/setup.sh: unknown service \"$n\": choose from $services" >&2
+    exit 2
+  fi
+  while IFS= read -r item; do
+    if [ -n "$item" ] && [[ " ${items[*]} " != *" $item "* ]]; then items+=("$item"); fi
+  done <<<"$out"
+done
+
+if [ "$mode" = list ]; then
+  for item in "${items[@]}"; do echo "$item"; done
+  exit 0
+fi
+
+# todo: the items this machine lacks.
+todo=()
+for item in "${items[@]}"; do
+  read -r how what <<<"$item"
+  if [ "$how" = apt ] && ! have "$what"; then todo+=("$item"); fi
+  if [ "$how" = build ] && ! built "$what"; then todo+=("$item"); fi
+done
+if [ "$mode" = dry-run ]; then
+  for item in "${todo[@]}"; do echo "$item"; done
+  exit 0
+fi
 
 # build_dir prints the directory of the tools module harness/$1, to build $2
 # in; $3 is how to do without it (a variable that names a built binary).
@@ -49,108 +178,119 @@ build_dir() {
   return 1
 }
 
-# build_once BIN NAME VERSION MINUTES MODULE FIX PACKAGE [FLAGS...] builds
-# PACKAGE (go build FLAGS) in the tools module harness/MODULE into BIN,
-# unless BIN is already there (about MINUTES minutes, once); FIX is how to
-# do without the build (see build_dir).
-build_once() {
-  local bin=$1 name=$2 version=$3 minutes=$4 module=$5 fix=$6 pkg=$7 start dir
-  shift 7
-  if [ -x "$bin" ]; then
-    echo "ci/setup.sh: $name $version cached at $bin"
-    return 0
-  fi
-  echo "ci/setup.sh: building $name $version from source (about $minutes minutes, once) into $bin"
+# build BIN NAME VERSION MODULE FIX PACKAGE [FLAGS...] builds PACKAGE (go
+# build FLAGS) in the tools module harness/MODULE into BIN; FIX is how to do
+# without the build (see build_dir).
+build() {
+  local bin=$1 name=$2 version=$3 module=$4 fix=$5 pkg=$6 start dir
+  shift 6
   mkdir -p "$(dirname "$bin")"
   start=$SECONDS
   dir=$(build_dir "$module" "$name" "$fix")
   (cd "$dir" && go build -trimpath "$@" -o "$bin.tmp" "$pkg")
   mv "$bin.tmp" "$bin"
-  echo "ci/setup.sh: $name built in $((SECONDS - start))s"
+  echo "ci/setup.sh: $name $version built in $((SECONDS - start))s into $bin"
 }
+
+logs=$(mktemp -d "${TMPDIR:-/tmp}/locksuite-setup-XXXXXX")
+builds=()
+# Builds still running when the script ends early are stopped, and their
+# logs removed.
+trap 'for p in "${builds[@]}"; do kill "${p%%:*}" 2>/dev/null || true; done; rm -rf "$logs"' EXIT
+
+# The builds first, in the background.
+for item in "${todo[@]}"; do
+  read -r how what <<<"$item"
+  [ "$how" = build ] || continue
+  case $what in
+    consul)
+      echo "ci/setup.sh: building consul 1.13.9 from source (about 7 minutes, once) into $consul_bin"
+      build "$consul_bin" consul 1.13.9 consulbuild "LOCKSUITE_CONSUL to a consul 1.13.x binary" github.com/hashicorp/consul \
+        >"$logs/consul" 2>&1 &
+      ;;
+    kube-apiserver)
+      echo "ci/setup.sh: building kube-apiserver 1.37.2 from source (about 5 minutes, once) into $kube_bin"
+      # The version variables make /version and the binary's --version say
+      # v1.37.2, as a release build does (hack/lib/version.sh sets them).
+      v=k8s.io/component-base/version
+      build "$kube_bin" kube-apiserver 1.37.2 kubebuild "LOCKSUITE_KUBE_APISERVER to a kube-apiserver 1.37.x binary" k8s.io/kubernetes/cmd/kube-apiserver \
+        -ldflags "-X $v.gitVersion=v1.37.2 -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean" \
+        >"$logs/kube-apiserver" 2>&1 &
+      ;;
+  esac
+  builds+=("$!:$what")
+done
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
     echo "ci/setup.sh: need root to run: $*" >&2; return 1; fi
 }
 
-apt_updated=
-apt_install() {
-  if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+# Then the packages, with one apt-get install.
+pkgs=()
+for item in "${todo[@]}"; do
+  read -r how what <<<"$item"
+  if [ "$how" = apt ]; then pkgs+=("$what"); fi
+done
+if [ ${#pkgs[@]} -gt 0 ]; then
+  as_root apt-get update -qq
+  for i in "${!pkgs[@]}"; do
+    # PostgreSQL 15 where the distribution has it (Debian 12), else its own.
+    if [ "${pkgs[$i]}" = postgresql-15 ] && ! apt-cache show postgresql-15 >/dev/null 2>&1; then pkgs[i]=postgresql; fi
+  done
+  echo "ci/setup.sh: installing ${pkgs[*]}"
+  # No recommends: zookeeper's would pull in the zookeeperd service; the
+  # harness needs none.
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  # Debian's packages may start system servers; the harness starts its own.
+  for p in "${pkgs[@]}"; do
+    case $p in
+      redis-server | redis-sentinel) svc=$p ;;
+      postgresql*) svc=postgresql ;;
+      mariadb-server) svc=mariadb ;;
+      *) continue ;;
+    esac
+    as_root service "$svc" stop >/dev/null 2>&1 || true
+  done
+fi
+
+# Then wait for the builds: their log on failure, their summary otherwise.
+failed=0
+for b in "${builds[@]}"; do
+  if wait "${b%%:*}"; then
+    grep '^ci/setup.sh:' "$logs/${b#*:}" || true
+  else
+    echo "ci/setup.sh: building ${b#*:} failed:" >&2
+    cat "$logs/${b#*:}" >&2
+    failed=1
+  fi
+done
+builds=()
+[ "$failed" = 0 ] || exit 1
+
+# todo_has ITEM reports whether ITEM was to do here.
+todo_has() {
+  local t
+  for t in "${todo[@]}"; do if [ "$t" = "$1" ]; then return 0; fi; done
+  return 1
 }
-
-have_pg() { command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
-
-if ! command -v redis-server >/dev/null; then
-  echo "ci/setup.sh: installing redis-server"
-  apt_install redis-server
-  # Debian's package may start a system instance; the harness starts its own.
-  as_root service redis-server stop >/dev/null 2>&1 || true
-fi
-if ! command -v redis-sentinel >/dev/null; then
-  echo "ci/setup.sh: installing redis-sentinel"
-  apt_install redis-sentinel
-  # Its package starts a system sentinel; the harness starts its own.
-  as_root service redis-sentinel stop >/dev/null 2>&1 || true
-fi
-if ! have_pg; then
-  if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
-  # PostgreSQL 15 where the distribution has it (Debian 12), else its own.
-  pg=postgresql-15
-  apt-cache show "$pg" >/dev/null 2>&1 || pg=postgresql
-  echo "ci/setup.sh: installing $pg"
-  apt_install "$pg"
-  as_root service postgresql stop >/dev/null 2>&1 || true
-fi
-have_mariadb() { command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]; }
-if ! have_mariadb; then
-  echo "ci/setup.sh: installing mariadb-server"
-  apt_install mariadb-server
-  # Its package may start a system server; the harness starts its own.
-  as_root service mariadb stop >/dev/null 2>&1 || true
-fi
-have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || ls /usr/lib/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; }
-if ! have_faketime; then
-  echo "ci/setup.sh: installing faketime (libfaketime)"
-  apt_install faketime
-fi
-
-# A compose client (no engine: there is none in CI) validates
-# docker-compose.yml (TestDockerCompose runs `docker-compose config`).
-if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null 2>&1; then
-  echo "ci/setup.sh: installing docker-compose (to validate docker-compose.yml)"
-  apt_install docker-compose
-fi
-
-if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
-  echo "ci/setup.sh: installing chromium"
-  apt_install chromium
-fi
-
-if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null; then
-  echo "ci/setup.sh: installing zookeeper"
-  # Recommends would pull in the zookeeperd service; the harness needs none.
-  apt_install zookeeper
-fi
-
-consul_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/consul-1.13.9"
-if [ -n "${LOCKSUITE_CONSUL:-}" ]; then
-  echo "ci/setup.sh: using LOCKSUITE_CONSUL=$LOCKSUITE_CONSUL"
-else
-  build_once "$consul_bin" consul 1.13.9 7 consulbuild "LOCKSUITE_CONSUL to a consul 1.13.x binary" github.com/hashicorp/consul
-fi
-"$consul_bin" version | head -1 2>/dev/null || true
-
-kube_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/kube-apiserver-1.37.2"
-if [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ]; then
-  echo "ci/setup.sh: using LOCKSUITE_KUBE_APISERVER=$LOCKSUITE_KUBE_APISERVER"
-  kube_bin=$LOCKSUITE_KUBE_APISERVER
-else
-  # The version variables make /version and the binary's --version say
-  # v1.37.2, as a release build does (hack/lib/version.sh sets them).
-  v=k8s.io/component-base/version
-  build_once "$kube_bin" kube-apiserver 1.37.2 5 kubebuild "LOCKSUITE_KUBE_APISERVER to a kube-apiserver 1.37.x binary" k8s.io/kubernetes/cmd/kube-apiserver \
-    -ldflags "-X $v.gitVersion=v1.37.2 -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean"
-fi
-"$kube_bin" --version 2>/dev/null || true
+for item in "${items[@]}"; do
+  case $item in
+    "build consul")
+      if [ -n "${LOCKSUITE_CONSUL:-}" ]; then
+        echo "ci/setup.sh: using LOCKSUITE_CONSUL=$LOCKSUITE_CONSUL"
+      elif ! todo_has "$item"; then
+        echo "ci/setup.sh: consul 1.13.9 cached at $consul_bin"
+      fi
+      "$consul_bin" version 2>/dev/null | head -1 || true
+      ;;
+    "build kube-apiserver")
+      if [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ]; then
+        echo "ci/setup.sh: using LOCKSUITE_KUBE_APISERVER=$LOCKSUITE_KUBE_APISERVER"
+      elif ! todo_has "$item"; then
+        echo "ci/setup.sh: kube-apiserver 1.37.2 cached at $kube_bin"
+      fi
+      "$kube_bin" --version 2>/dev/null || true
+      ;;
+  esac
+done

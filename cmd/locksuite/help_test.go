@@ -2,13 +2,19 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/locksuite/locksuite/suite/local"
 )
 
 // TestHelp: each help exits 0 and says what the command does, gives an
@@ -90,5 +96,60 @@ func TestGoInstall(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "locksuite run [flags]") {
 		t.Errorf("locksuite --help from GOBIN:\n%s", out)
+	}
+}
+
+// TestHelpNamesTheTable: the help is suite/local's table's. `locksuite help`
+// names every service a backend of "all" or of local.WhenNamed runs on, and
+// the variable of each of "all"'s; run's --backends names every backend and
+// every service's variable; --store names local.Stores, which --store
+// accepts, and no other; the per-backend defaults name every backend.
+func TestHelpNamesTheTable(t *testing.T) {
+	text := usage()
+	for _, s := range servicesOf(slices.Concat(local.Names, local.WhenNamed)) {
+		if !strings.Contains(strings.Join(strings.Fields(text), " "), s.Title) {
+			t.Errorf("locksuite help does not name %s (%s)", s.Title, s.Name)
+		}
+	}
+	for _, s := range servicesOf(local.Names) {
+		if !strings.Contains(text, s.Variable) {
+			t.Errorf("locksuite help does not name %s (%s)", s.Variable, s.Name)
+		}
+	}
+	var errb bytes.Buffer
+	if _, err := parseRun([]string{"--help"}, &errb); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run --help: %v", err)
+	}
+	runHelp := errb.String()
+	for _, s := range local.Services() {
+		if !strings.Contains(backendsHelp(), s.Variable) {
+			t.Errorf("--backends does not name %s (%s)", s.Variable, s.Name)
+		}
+		for _, b := range s.Backends {
+			if !slices.Contains(strings.FieldsFunc(backendsHelp(), func(r rune) bool { return r == ',' || r == ' ' || r == ':' || r == ';' }), b) {
+				t.Errorf("--backends does not name %s", b)
+			}
+		}
+	}
+	if !strings.Contains(runHelp, backendsHelp()) || !strings.Contains(runHelp, storeHelp()) || !strings.Contains(runHelp, leaseHelp()) {
+		t.Errorf("run --help does not give backendsHelp, storeHelp and leaseHelp:\n%s", runHelp)
+	}
+	for _, n := range slices.Concat(local.Names, local.WhenNamed) {
+		for _, h := range []string{leaseHelp(), pauseHelp(), pausesHelp(), chaosDurationHelp()} {
+			if !strings.Contains(h, n) {
+				t.Errorf("%q does not give %s's default", h, n)
+			}
+		}
+	}
+	for _, st := range local.Stores {
+		if !strings.Contains(storeHelp(), st) {
+			t.Errorf("--store does not name %s", st)
+		}
+		if _, err := parseRun([]string{"--store", st}, io.Discard); err != nil {
+			t.Errorf("--store %s: %v", st, err)
+		}
+	}
+	if _, err := parseRun([]string{"--store", "redis"}, io.Discard); err == nil {
+		t.Errorf("--store redis: accepted; local.Stores is %v", local.Stores)
 	}
 }

@@ -18,36 +18,6 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 )
 
-const usage = `locksuite tells whether a distributed lock keeps the data it protects safe
-when its holder pauses past its lease: it stalls lock holders on purpose against
-real Redis, etcd, Consul and Postgres servers and checks that every acknowledged
-write is in the protected counter exactly once.
-
-Usage:
-  locksuite run [flags]     run the suite and print a result table
-  locksuite sweep [flags]   lost updates over leases × pause lengths for one backend
-  locksuite diff OLD NEW    what changed between two runs' --json rows (exit 1: kept → broken)
-  locksuite merge A B ...   the matrix of a run split with --shard, from its shards' --json
-  locksuite help            show this text
-
-Run 'locksuite run --help' or 'locksuite sweep --help' for their flags and
-defaults. By default, run runs every backend it can start or reach (consul,
-etcd, postgres, redis), every scenario, with fencing off and on; it starts its
-own servers on free loopback ports unless REDIS_URL, DATABASE_URL/PG*,
-ETCDCTL_ENDPOINTS or CONSUL_HTTP_ADDR name yours, and keeps the histories,
-timelines and servers' logs of broken runs in a directory it names.
-
-Examples:
-  locksuite run --backends etcd         every scenario on the embedded etcd (about 2 minutes)
-  locksuite run --scenarios deterministic-pause --repeat 20 --markdown r.md
-  locksuite sweep --backend redis
-
-Install: go install github.com/locksuite/locksuite/cmd/locksuite@latest
-
-Exit status: 0 when every fenced configuration kept the counter invariant, every
-baseline kept it and every control was caught; 1 when one did not (a finding);
-2 for bad usage or when no backend could run.
-`
 
 func main() {
 	// go-redis logs every Sentinel failover it follows on stderr, which
@@ -63,7 +33,7 @@ func (u *usageError) Error() string { return u.msg }
 
 func cli(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	switch args[0] {
@@ -95,7 +65,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 		return 0
 	default:
 		fmt.Fprintf(stderr, "locksuite: unknown command %q: use 'locksuite run' (see 'locksuite help')\n", args[0])

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -14,9 +13,9 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
-	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite"
+	"github.com/locksuite/locksuite/suite/local"
 )
 
 // results writes the rows as they come in: after each row, --json (the
@@ -230,9 +229,10 @@ func seeds(o options, rows []report.Row) string {
 }
 
 // environment describes this machine and build: Go, OS, CPUs, kernel,
-// this program's version, the client libraries' (and the embedded etcd
-// server's) module versions, and the servers the harness would start,
-// asked for their version (a server named by an environment variable is
+// this program's version, the module versions of the backends' clients
+// (and of the servers embedded in this process), and the server of each
+// service the backends run on (local.ServerVersions: the version the
+// harness's binary reports; a server named by an environment variable is
 // not asked: said so).
 func environment(backends []string) [][2]string {
 	host, _ := os.Hostname()
@@ -250,73 +250,16 @@ func environment(backends []string) [][2]string {
 		}
 		env = append(env, [2]string{"locksuite", v})
 		var libs []string
-		for _, d := range bi.Deps {
-			for _, p := range []string{"github.com/redis/go-redis/v9", "go.etcd.io/etcd/client/v3", "go.etcd.io/etcd/server/v3", "github.com/jackc/pgx/v5", "github.com/hashicorp/consul/api", "github.com/go-redsync/redsync/v4"} {
-				if d.Path == p {
+		for _, m := range local.ClientModules(backends) {
+			for _, d := range bi.Deps {
+				if d.Path == m {
 					libs = append(libs, d.Path+" "+d.Version)
 				}
 			}
 		}
 		env = append(env, [2]string{"libraries", strings.Join(libs, ", ")})
 	}
-	svc := map[string]bool{}
-	for _, b := range backends {
-		svc[strings.SplitN(b, "-", 2)[0]] = true
-	}
-	for _, b := range backends {
-		if b == "pg-xact" {
-			svc["postgres"] = true
-		}
-		if strings.HasPrefix(b, "redsync") {
-			svc["redis"] = true
-		}
-	}
-	ask := func(name, envVar string, bin ...string) {
-		if !svc[name] {
-			return
-		}
-		if envVar != "" && os.Getenv(envVar) != "" {
-			env = append(env, [2]string{name + " server", "named by " + envVar + " (version not asked)"})
-			return
-		}
-		env = append(env, [2]string{name + " server", binVersion(bin...)})
-	}
-	ask("redis", "REDIS_URL", "redis-server")
-	ask("postgres", "DATABASE_URL", "postgres", "/usr/lib/postgresql/*/bin/postgres")
-	if svc["etcd"] && os.Getenv("ETCDCTL_ENDPOINTS") == "" {
-		env = append(env, [2]string{"etcd server", "embedded (go.etcd.io/etcd/server/v3, see libraries)"})
-	}
-	if svc["consul"] {
-		if os.Getenv("CONSUL_HTTP_ADDR") != "" {
-			env = append(env, [2]string{"consul server", "named by CONSUL_HTTP_ADDR (version not asked)"})
-		} else if b, err := servers.ConsulBinary(); err == nil {
-			env = append(env, [2]string{"consul server", binVersion(b)})
-		}
-	}
-	return env
-}
-
-// binVersion is the first line of `bin --version`, for the first of
-// names found (in PATH or as a glob), within 2 seconds; "" if none runs.
-func binVersion(names ...string) string {
-	for _, n := range names {
-		p, err := exec.LookPath(n)
-		if err != nil {
-			m, _ := filepath.Glob(n)
-			if len(m) == 0 {
-				continue
-			}
-			p = m[len(m)-1]
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		out, err := exec.CommandContext(ctx, p, "--version").Output()
-		cancel()
-		if err == nil {
-			line, _, _ := strings.Cut(string(out), "\n")
-			return p + ": " + line
-		}
-	}
-	return "not found here"
+	return append(env, local.ServerVersions(backends)...)
 }
 
 // outputsOf lists the paths run writes to, for checkOutputs.

@@ -2,8 +2,11 @@ package main
 
 import (
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/locksuite/locksuite/suite/local"
 )
 
 // TestEnvironment: the report's environment names Go, the machine, the
@@ -34,6 +37,42 @@ func TestEnvironment(t *testing.T) {
 		}
 	}
 	t.Logf("%v", env)
+}
+
+// TestEnvironmentCoversTheTable: for every backend of suite/local's table,
+// the environment report names the server of its service (local.Services)
+// and the version of each Go module of its client.
+func TestEnvironmentCoversTheTable(t *testing.T) {
+	for _, s := range local.Services() {
+		for _, b := range s.Backends {
+			env := map[string]string{}
+			for _, kv := range environment([]string{b}) {
+				env[kv[0]] = kv[1]
+			}
+			if v := env[s.Name+" server"]; v == "" {
+				t.Errorf("%s: no %q in the report: %v", b, s.Name+" server", env)
+			}
+			mods := local.ClientModules([]string{b})
+			if len(mods) == 0 {
+				t.Errorf("%s: no client module", b)
+			}
+			for _, m := range mods {
+				if !strings.Contains(env["libraries"], m+" v") {
+					t.Errorf("%s: libraries %q lack %s's version", b, env["libraries"], m)
+				}
+			}
+		}
+	}
+	servers := 0
+	for _, kv := range environment(slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed)) {
+		if strings.HasSuffix(kv[0], " server") {
+			servers++
+			t.Logf("%s: %s", kv[0], kv[1])
+		}
+	}
+	if servers != len(local.Services()) {
+		t.Errorf("every backend: %d servers in the report, want one per service (%d)", servers, len(local.Services()))
+	}
 }
 
 // TestReportFiles: where --html's runs' files and the spec log go.

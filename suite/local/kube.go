@@ -46,19 +46,36 @@ const noClockKube = "the Lease's expiry is judged by each candidate's own clock,
 // leaseDurationSeconds is whole seconds: 1 s is the shortest lease. The
 // expiry with it is 1.4 s (k8s-lease) and 1.72 s (leader-election); a
 // chaos pause of 3 s outlasts both.
-func kubeService() *service {
-	return &service{
-		name: "kube", lease: time.Second, pause: 3 * time.Second, pauses: 3, duration: 10 * time.Second,
-		vars:       []string{"KUBECONFIG", KubeNamespaceEnv},
-		fromEnv:    kubeFromEnv,
-		start:      func(ctx context.Context) (servers.Server, error) { return servers.StartKube(ctx) },
-		timeout:    120 * time.Second, // kube-apiserver waits for its informers: 3-4 s idle, more on a busy machine
-		connect:    kubeConnect,
-		probe:      probeKube,
-		diagnose:   diagnoseKube,
-		hostPortOf: kubeHostPort,
-		servers:    kubeServers,
+var kubeService = &service{
+	name: "kube", title: "Kubernetes API", server: "kube-apiserver (the build of ci/setup.sh)",
+	lease: time.Second, pause: 3 * time.Second, pauses: 3, duration: 10 * time.Second,
+	vars:       []string{"KUBECONFIG", KubeNamespaceEnv},
+	fromEnv:    kubeFromEnv,
+	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartKube(ctx) },
+	timeout:    120 * time.Second, // kube-apiserver waits for its informers: 3-4 s idle, more on a busy machine
+	connect:    kubeConnect,
+	probe:      probeKube,
+	diagnose:   diagnoseKube,
+	hostPortOf: kubeHostPort,
+	servers:    kubeServers,
+	version:    kubeVersion,
+	noCompose:  "kube-apiserver needs its own etcd, certificates and flags: point KUBECONFIG at a cluster (kind, minikube) instead",
+}
+
+// kube-apiserver is a 170 MB build (ci/setup.sh) and takes seconds to
+// start: its two backends run when named.
+var kubeBackends = []backend{
+	{name: "k8s-lease", kind: adapter, on: kubeService, newLocker: newK8sLease, whenNamed: true, modules: []string{"k8s.io/client-go"}},
+	{name: "leader-election", kind: library, on: kubeService, newLocker: newLeaderElection, whenNamed: true, modules: []string{"k8s.io/client-go"}},
+}
+
+// kubeVersion asks the kube-apiserver binary the harness would start.
+func kubeVersion() string {
+	b, err := servers.KubeAPIServerBinary()
+	if err != nil {
+		return "not found here (" + err.Error() + ")"
 	}
+	return binVersion(nil, b)
 }
 
 // kubeFromEnv: with LOCKSUITE_KUBE_NAMESPACE, the namespace of the cluster

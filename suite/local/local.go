@@ -1,32 +1,42 @@
-// Package local gives the suite its four backends on this machine: it starts
-// each server itself (harness/servers), or connects to one the user names
-// with the ecosystem's own environment variables, and builds a suite.Config
-// for each.
+// Package local gives the suite its backends on this machine: one adapter
+// per lock service (Names), the lock libraries people use (Libraries), the
+// Kubernetes Lease backends (WhenNamed) and replicated clusters (Clusters).
+// It starts each server itself (harness/servers), or connects to one the
+// user names with the ecosystem's own environment variables, and builds a
+// suite.Config for each backend (Env.Config), or for a lock of the
+// caller's on one of its services (Env.ConfigFor).
 //
-//	REDIS_URL          redis://[user:password@]host:port/db   a Redis server
-//	                   (rediss:// for TLS; LOCKSUITE_REDIS_CACERT: its CA's PEM file)
-//	DATABASE_URL, PG*  a Postgres server (libpq's variables:   lock and counter store
-//	                   PGPASSWORD, PGSSLMODE, PGSSLROOTCERT, ...)
-//	CONSUL_HTTP_ADDR   host:port or URL of a Consul agent      (CONSUL_HTTP_TOKEN,
+//	REDIS_URL          redis://[user:password@]host:port/db (rediss:// for TLS;
+//	                   LOCKSUITE_REDIS_CACERT: its CA's PEM file)
+//	DATABASE_URL, PG*  a Postgres server (libpq's variables: PGPASSWORD,
+//	                   PGSSLMODE, PGSSLROOTCERT, ...); also the counter store
+//	CONSUL_HTTP_ADDR   host:port or URL of a Consul agent (CONSUL_HTTP_TOKEN,
 //	                   CONSUL_HTTP_SSL, CONSUL_CACERT, ...)
-//	ETCDCTL_ENDPOINTS  comma-separated host:port or URLs       lock, and counter store without Postgres
-//	                   (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER=user:password)
-//	LOCKSUITE_REDIS_NODES  comma-separated host:port or redis:// URLs of independent Redis servers (redsync-3;
-//	                   rediss:// and LOCKSUITE_REDIS_CACERT for TLS)
+//	ETCDCTL_ENDPOINTS  comma-separated host:port or URLs (ETCDCTL_CACERT,
+//	                   ETCDCTL_CERT, ETCDCTL_KEY, ETCDCTL_USER=user:password);
+//	                   the counter store without Postgres
 //	ZOOKEEPER_ADDRS    comma-separated host:port of a ZooKeeper ensemble
-//	                   (LOCKSUITE_ZOOKEEPER_AUTH=user:password, digest; LOCKSUITE_ZOOKEEPER_CACERT
-//	                   for TLS, LOCKSUITE_ZOOKEEPER_CERT and _KEY for a client certificate)
+//	                   (LOCKSUITE_ZOOKEEPER_AUTH=user:password, digest;
+//	                   LOCKSUITE_ZOOKEEPER_CACERT for TLS,
+//	                   LOCKSUITE_ZOOKEEPER_CERT and _KEY for a client certificate)
+//	MYSQL_URL          a go-sql-driver DSN or mysql:// URL of a MySQL or MariaDB server
+//	NATS_URL           nats://[user:password@]host:port, comma-separated, of a
+//	                   NATS server with JetStream
 //	KUBECONFIG         a Kubernetes cluster (k8s-lease, leader-election): the suite
 //	                   creates a namespace there and deletes it; with
 //	                   LOCKSUITE_KUBE_NAMESPACE, it uses that namespace as it is
+//	LOCKSUITE_REDIS_NODES  comma-separated host:port or redis:// URLs of
+//	                   independent Redis servers (redsync-3; rediss:// and
+//	                   LOCKSUITE_REDIS_CACERT for TLS)
+//	LOCKSUITE_CONSUL_CLUSTER, LOCKSUITE_ETCD_CLUSTER, LOCKSUITE_REDIS_SENTINEL,
+//	LOCKSUITE_ZOOKEEPER_ENSEMBLE, LOCKSUITE_NATS_CLUSTER
+//	                   a cluster of the user's (see Clusters)
 //
-// Besides the four services' own adapters (Names) it provides the lock
-// libraries people use, each on its service's server (Libraries), and
-// replicated clusters (Clusters). Each backend is described once, in one
-// entry of the table in table.go: the service it runs on (how to start
-// one, the variables that name one, how to probe it, its defaults, its
-// processes) and how to make its Locker. Env.ConfigFor plugs a lock of the
-// caller's into one of these services.
+// Each service is described once, in its own file (redis.go, postgres.go,
+// ...): its backends, how to start a server, the variables that name one,
+// how to probe it and diagnose a failed probe, its defaults, its processes
+// and its version (ServerVersions). table.go lists the files in report
+// order; Services, Names and the other lists are read from that table, once.
 //
 // A named server is used as it is and never stopped; everything the suite
 // makes there is under suite.Config.Prefix. The credentials reach the
@@ -45,49 +55,45 @@ import (
 	"strings"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
-	"github.com/jackc/pgx/v5/pgxpool"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
-	"github.com/locksuite/locksuite/fencing/etcdstore"
-	"github.com/locksuite/locksuite/fencing/pgstore"
 	"github.com/locksuite/locksuite/harness/servers"
-	"github.com/locksuite/locksuite/internal/redact"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite"
 )
 
 // Names are the backends this package can provide, in report order: one
-// adapter per lock service. "all" in the CLI.
+// adapter per lock service (consul, etcd, postgres, redis, zookeeper,
+// mysql, nats-kv). "all" in the CLI.
 var Names = namesOf(adapter)
 
 // Libraries are the lock libraries this package can provide, each used as
-// the library ships it, in report order. They are started only when named
-// (not by "all"):
+// the library ships it, on its service's server and with that service's
+// credentials and TLS settings, in report order. They are started only
+// when named (not by "all"):
 //
 //	consul-lock  consul/api's Lock (backends/consullock) on the Consul server
 //	etcd-mutex   etcd's concurrency.Mutex on a Session (backends/etcdmutex)
 //	pg-xact      pg_try_advisory_xact_lock in a transaction (backends/pgxact)
 //	redsync      go-redsync/redsync on one Redis server (backends/redsync)
 //	redsync-3    redsync's Redlock over three independent Redis servers
-//
-// The library adapters take no TLS settings: against servers named with
-// TLS variables, use the four adapters.
+//	zk-lock      go-zookeeper's Lock recipe (backends/zklock) on the ZooKeeper server
 var Libraries = namesOf(library)
 
 // Clusters are the replicated backends this package can start, for the
-// failover scenarios: three etcd members, three Consul servers, and a Redis
-// primary with an asynchronous replica and three Sentinels. They are started
-// only when named (not by "all"), and their Configs carry Servers, so that
-// a scenario can find and kill the leader.
+// failover scenarios: consul-cluster (three Consul servers), etcd-cluster
+// (three etcd members), redis-sentinel (a Redis primary with an
+// asynchronous replica and three Sentinels), zookeeper-ensemble (three
+// ZooKeeper servers) and nats-cluster (three NATS servers, the lock's
+// bucket replicated on all three). They are started only when named (not
+// by "all"), and their Configs carry Servers, so that a scenario can find
+// and kill the leader.
 //
 // A worker process of a chaos run reaches its coordinator's cluster through
-// LOCKSUITE_ETCD_CLUSTER, LOCKSUITE_CONSUL_CLUSTER (comma-separated
-// host:port of the members) and LOCKSUITE_REDIS_SENTINEL (comma-separated
-// host:port of the sentinels; the primary's name is servers.SentinelMaster).
+// LOCKSUITE_CONSUL_CLUSTER, LOCKSUITE_ETCD_CLUSTER (comma-separated
+// host:port of the members), LOCKSUITE_REDIS_SENTINEL (comma-separated
+// host:port of the sentinels; the primary's name is servers.SentinelMaster),
+// LOCKSUITE_ZOOKEEPER_ENSEMBLE and LOCKSUITE_NATS_CLUSTER.
 // A cluster named by these variables is used as it is, without Servers: the
 // failover scenarios are skipped for it. etcd-cluster and consul-cluster
 // take the credentials and TLS settings of the single server's variables
@@ -106,9 +112,9 @@ var Clusters = namesOf(cluster)
 //	leader-election  client-go's leader election on a Lease (backends/leaderelection)
 var WhenNamed = namesWhenNamed()
 
-// Leases are the default leases per backend (of Names, Libraries and
-// Clusters): 200 ms, and 1 s on etcd, which grants whole seconds (its
-// harness server's floor is 1 s).
+// Leases are the default leases per backend (of Names, Libraries, Clusters
+// and WhenNamed): their service's, as Defaults gives it (200 ms where the
+// server allows it, 1 s where it grants whole seconds).
 var Leases = leases()
 
 // Env is a set of running or named backends. Close stops what it started.
@@ -125,10 +131,9 @@ type Env struct {
 	// Unavailable holds, per backend that could not be started or reached,
 	// an error naming it and the fix.
 	Unavailable map[string]error
-	// Store names the counter store in use: "postgres" or "etcd".
+	// Store names the counter store in use: one of Stores.
 	Store string
-	pool  *pgxpool.Pool
-	etcd  *clientv3.Client
+	store *counterStore
 	// clusters the harness started, by name: their Configs carry Servers.
 	clusters map[string]servers.Cluster
 }
@@ -138,16 +143,16 @@ type Option func(*options)
 
 type options struct{ store string }
 
-// WithStore picks the counter store: "postgres" or "etcd". Default:
-// Postgres when a backend on it is among those Start provides, else etcd.
+// WithStore picks the counter store: one of Stores (Start's error names
+// the choices). Default: see Start.
 func WithStore(name string) Option { return func(o *options) { o.store = name } }
 
 // Start provides each named backend (or service, for ConfigFor), and the
-// counter store: Postgres if a backend on it is among names or WithStore
-// asks for it (the server DATABASE_URL/PG* name, if set), else etcd, which
-// is always available embedded. A backend that cannot be
-// had is recorded in Unavailable, not returned as an error; the error is for
-// the store.
+// counter store: the first of Stores on a service among names (the server
+// its variables name, if set), else the last of Stores, which is always
+// available embedded; WithStore picks one. A backend that cannot be had is
+// recorded in Unavailable, not returned as an error; the error is for the
+// store.
 //
 // Start first removes what killed runs left: the temporary directories of
 // servers and workers whose owning process is gone (tempdir.RemoveStale).
@@ -156,9 +161,6 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	var o options
 	for _, f := range opts {
 		f(&o)
-	}
-	if o.store != "" && o.store != "postgres" && o.store != "etcd" {
-		return nil, fmt.Errorf("local: unknown store %q: choose postgres or etcd", o.store)
 	}
 	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}}
 	want := map[string]bool{}
@@ -169,24 +171,18 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 			e.Unavailable[n] = unknown(n)
 		}
 	}
-	if o.store == "etcd" {
-		want["etcd"] = true
+	candidates, err := chooseStore(o.store, want)
+	if err != nil {
+		return nil, err
 	}
-	// Postgres first: without it, the counter store is etcd's.
-	if want["postgres"] || o.store == "postgres" {
-		pg, _ := serviceOf("postgres")
-		e.provide(ctx, pg)
-	}
-	if o.store == "postgres" && e.endpoint["postgres"] == "" {
-		err := e.Unavailable["postgres"]
+	// The store first: the services it is tried on are provided in order
+	// until one is available.
+	if err := e.openStore(ctx, candidates, o.store); err != nil {
 		e.Close()
-		return nil, fmt.Errorf("local: counter store: %v", err)
-	}
-	if e.endpoint["postgres"] == "" {
-		want["etcd"] = true // the store without Postgres
+		return nil, err
 	}
 	for _, s := range services() {
-		if want[s.name] && s.name != "postgres" {
+		if want[s.name] && e.endpoint[s.name] == "" && e.Unavailable[s.name] == nil {
 			e.provide(ctx, s)
 		}
 	}
@@ -194,25 +190,6 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 		if s, ok := serviceOf(n); ok && s.name != n && e.Unavailable[s.name] != nil {
 			e.Unavailable[n] = e.Unavailable[s.name]
 		}
-	}
-	if dsn := e.endpoint["postgres"]; dsn != "" && o.store != "etcd" {
-		pool, err := pgxpool.New(ctx, strings.TrimSpace(dsn))
-		if err != nil {
-			e.Close()
-			return nil, fmt.Errorf("local: counter store on postgres: %w", redact.Error(err, e.conn("postgres").secrets...))
-		}
-		e.pool, e.Store = pool, "postgres"
-	} else if ep := e.endpoint["etcd"]; ep != "" {
-		c, err := e.conn("etcd").etcdClient()
-		if err != nil {
-			e.Close()
-			return nil, fmt.Errorf("local: counter store on etcd: %w", redact.Error(err, e.conn("etcd").secrets...))
-		}
-		e.etcd, e.Store = c, "etcd"
-	} else {
-		err := e.Unavailable["etcd"]
-		e.Close()
-		return nil, fmt.Errorf("local: no counter store: %v", err)
 	}
 	return e, nil
 }
@@ -309,43 +286,6 @@ func (e *Env) conn(n string) *conn {
 	return &conn{endpoint: e.endpoint[n]}
 }
 
-// etcdClient connects to c's endpoints with its credentials.
-func (c *conn) etcdClient() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: c.addrs(), DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
-		TLS: c.tls, Username: c.user, Password: c.password})
-}
-
-// addrs splits a comma-separated endpoint.
-func (c *conn) addrs() []string {
-	var out []string
-	for _, a := range strings.Split(c.endpoint, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// hostPorts are addrs without their http:// or https:// schemes.
-func (c *conn) hostPorts() []string {
-	out := c.addrs()
-	for i, a := range out {
-		out[i] = stripScheme(a)
-	}
-	return out
-}
-
-// consulClient is an API client for c.
-func consulClient(c *conn) (*consulapi.Client, error) {
-	ac := consulapi.DefaultConfig()
-	ac.Address, ac.Token = c.endpoint, c.token
-	if c.tls != nil {
-		ac.Scheme = "https"
-		ac.Transport.TLSClientConfig = c.tls.Clone() // the transport adds h2 to its config
-	}
-	return consulapi.NewClient(ac)
-}
-
 // Endpoint is the address of the server backend or service n runs on, as
 // its environment variable would name it (a URL, a DSN, or host:port;
 // comma-separated for several servers); empty if n is not Available.
@@ -382,12 +322,12 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 }
 
 // ConfigFor returns the suite configuration for a lock of the caller's,
-// named name, on service: a service of this package ("redis", "postgres",
-// "consul", "etcd", "redis-3" or a cluster, or a backend's name for the
-// service it runs on), which Start must have made Available. The Config
-// carries the service's default lease and chaos sizes (Defaults(service),
-// not suite.NewConfig's), the counter store,
-// the worker environment and (for a server Start started) Servers; its
+// named name, on service: a service of this package (the Name of one of
+// Services: "redis", "postgres", "redis-3", a cluster, ...; or a backend's
+// name for the service it runs on), which Start must have made Available.
+// The Config carries the service's default lease and chaos sizes
+// (Defaults(service), not suite.NewConfig's), the counter store, the
+// worker environment and (for a server Start started) Servers; its
 // NewLocker is newLocker, which reaches the server at Endpoint(service)
 // through suite.Client.Dial. The error names a service that is unknown or
 // not available, and why.
@@ -466,10 +406,7 @@ func (e *Env) endpointOf(s *service) suite.Endpoint {
 }
 
 func (e *Env) newStore(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
-	if e.pool != nil {
-		return pgstore.New(ctx, e.pool, "", name, fenced)
-	}
-	return etcdstore.New(ctx, e.etcd, name, fenced)
+	return e.store.new(ctx, name, fenced)
 }
 
 // Environ names every server of e in the ecosystem's variables, so that a
@@ -531,11 +468,8 @@ func (e *Env) CopyLogs(dir string) ([]string, error) {
 
 // Close stops the servers Start started and closes its connections.
 func (e *Env) Close() {
-	if e.pool != nil {
-		e.pool.Close()
-	}
-	if e.etcd != nil {
-		e.etcd.Close()
+	if e.store != nil {
+		e.store.close()
 	}
 	for i := len(e.servers) - 1; i >= 0; i-- {
 		_ = e.servers[i].Stop()

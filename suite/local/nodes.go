@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
-	"github.com/locksuite/locksuite/backends/redis"
 	"github.com/locksuite/locksuite/harness/nodes"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/suite"
@@ -67,10 +66,4 @@ func nodeService(b backend) *suite.NodeService {
 		}
 		return p, nil
 	}}
-}
-
-// redisDirect is a Redis client of one server, for a client that keeps
-// talking to the primary it knows.
-func redisDirect(addr string, cl suite.Client) (backends.Locker, error) {
-	return redis.New(redis.Config{Addr: addr, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,17 +12,36 @@ import (
 )
 
 // TestTable: every backend has a unique name, a Locker and a service that
-// can be started and named by a variable; Names, Libraries, Clusters and
-// WhenNamed list each backend once; a service's variables are its own.
+// can be started, named by a variable, described and asked its version;
+// Names, Libraries, Clusters and WhenNamed list each backend once; a
+// service's variables are its own; a service with an adapter has its own
+// file, named after it.
 func TestTable(t *testing.T) {
 	seen := map[string]bool{}
-	for _, b := range table() {
+	for _, b := range table.backends {
 		if seen[b.name] {
 			t.Errorf("backend %q twice", b.name)
 		}
 		seen[b.name] = true
 		if b.newLocker == nil || b.on == nil || b.on.start == nil || len(b.on.vars) == 0 || b.on.lease <= 0 || b.on.pause <= 0 || b.on.duration <= 0 {
 			t.Errorf("backend %q lacks a Locker, a service, a start, a variable or its defaults: %+v", b.name, b.on)
+		}
+		if len(b.modules) == 0 {
+			t.Errorf("backend %q names no Go module of its client (modules)", b.name)
+		}
+	}
+	for _, s := range services() {
+		if s.title == "" || s.server == "" || s.version == nil {
+			t.Errorf("service %q lacks its title, its server or its version", s.name)
+		}
+		if _, ok := serviceOf(s.name); !ok {
+			t.Errorf("service %q is not found by its name", s.name)
+		}
+	}
+	for _, n := range Names {
+		s, _ := serviceOf(n)
+		if _, err := os.Stat(s.name + ".go"); err != nil {
+			t.Errorf("service %q (of %s) has no file of its own: %v", s.name, n, err)
 		}
 	}
 	all := slices.Concat(Names, Libraries, Clusters, WhenNamed)

@@ -1,0 +1,100 @@
+package local
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"k8s.io/client-go/rest"
+)
+
+// conn is how to reach one backend: its endpoint, and the credentials and
+// TLS settings the environment gave for it.
+type conn struct {
+	// endpoint: host:port (redis without a URL, consul, etcd), a URL
+	// (redis, etcd), a DSN (postgres; " " for the PG* variables).
+	endpoint string
+	tls      *tls.Config // redis, etcd, consul, zookeeper; nil = plain
+	user     string      // etcd, zookeeper
+	password string      // etcd, zookeeper
+	token    string      // consul
+	// rest and namespace: the Kubernetes API's client configuration and
+	// the namespace of the suite's Leases (kube).
+	rest      *rest.Config
+	namespace string
+	// env is the variables (name=value) the user set for this backend, to
+	// pass to worker processes.
+	env []string
+	// secrets are the values that must never be printed.
+	secrets []string
+}
+
+// addrs splits a comma-separated endpoint.
+func (c *conn) addrs() []string {
+	var out []string
+	for _, a := range strings.Split(c.endpoint, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// hostPorts are addrs without their http:// or https:// schemes.
+func (c *conn) hostPorts() []string {
+	out := c.addrs()
+	for i, a := range out {
+		out[i] = stripScheme(a)
+	}
+	return out
+}
+
+// hostPort is the host:port of the first server of s at ep.
+func (s *service) hostPort(ep string) string {
+	if s.hostPortOf != nil {
+		return s.hostPortOf(ep)
+	}
+	return strings.TrimSpace(ep)
+}
+
+// stripScheme is ep without http:// or https://.
+func stripScheme(ep string) string {
+	ep = strings.TrimSpace(ep)
+	return strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
+}
+
+func hostOnly(hp string) string {
+	if h, _, err := net.SplitHostPort(hp); err == nil {
+		return h
+	}
+	return hp
+}
+
+func loadCA(file string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", file)
+	}
+	return pool, nil
+}
+
+// withServerName returns a copy of t that verifies the certificate of
+// host (a client dialing a fault proxy would otherwise check the proxy's
+// address), or nil for nil.
+func withServerName(t *tls.Config, host string) *tls.Config {
+	if t == nil {
+		return nil
+	}
+	t = t.Clone()
+	if t.ServerName == "" {
+		t.ServerName = host
+	}
+	return t
+}

@@ -1,0 +1,124 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/natskv"
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// natsService is a NATS server with JetStream embedded in this process,
+// or the one NATS_URL names. The server refuses per-key TTLs under a
+// second.
+var natsService = &service{
+	name: "nats", title: "NATS", server: "an embedded nats-server",
+	lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
+	vars:       []string{"NATS_URL"},
+	fromEnv:    natsFromEnv("NATS_URL"),
+	diagnose:   diagnoseNATS,
+	hostPortOf: natsHostPort,
+	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
+	probe:      probeNATS,
+	servers:    embedded,
+	version:    func() string { return "embedded: " + natsServerModule + " v" + server.VERSION },
+}
+
+// natsCluster is three NATS servers; named by its variable, it takes the
+// credentials in its URLs.
+var natsCluster = func() *service {
+	s := clusterOf("nats-cluster", "a NATS cluster", "three embedded nats-servers", "LOCKSUITE_NATS_CLUSTER", natsService,
+		func(ctx context.Context) (servers.Cluster, error) { return servers.StartNATSCluster(ctx, 3) })
+	s.fromEnv = natsFromEnv("LOCKSUITE_NATS_CLUSTER") // credentials in the URLs
+	return s
+}()
+
+const (
+	natsClientModule = "github.com/nats-io/nats.go"
+	natsServerModule = "github.com/nats-io/nats-server/v2"
+)
+
+var natsBackends = []backend{
+	{name: "nats-kv", kind: adapter, on: natsService, modules: []string{natsClientModule, natsServerModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+		return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	}},
+	{name: "nats-cluster", kind: cluster, on: natsCluster, modules: []string{natsClientModule, natsServerModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+		// The lock's bucket replicated on all three servers.
+		return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Replicas: 3})
+	}},
+}
+
+// natsFromEnv returns the fromEnv of a NATS service named by variable ev
+// (NATS_URL, LOCKSUITE_NATS_CLUSTER): nats://[user:password@]host:port,
+// comma-separated for several servers.
+func natsFromEnv(ev string) func() (*conn, error) {
+	return func() (*conn, error) {
+		v := os.Getenv(ev)
+		if v == "" {
+			return nil, nil
+		}
+		c := &conn{endpoint: v}
+		for _, a := range strings.Split(v, ",") {
+			if u, err := url.Parse(strings.TrimSpace(a)); err == nil && u.User != nil {
+				p, _ := u.User.Password()
+				c.secrets = append(c.secrets, p, u.User.Username())
+			}
+		}
+		return c, nil
+	}
+}
+
+// probeNATS connects and asks for JetStream's account info: the lock needs
+// JetStream.
+func probeNATS(ctx context.Context, c *conn) error {
+	nc, err := nats.Connect(c.endpoint, nats.Timeout(3*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("JetStream: %w (start nats-server with -js)", err)
+	}
+	return nil
+}
+
+func diagnoseNATS(s symptoms) (problem, fix string) {
+	switch {
+	case s.has("Authorization Violation", "authorization violation", "Authentication Expired"):
+		return "authentication failed: wrong or missing user name, password or token", "put the right credentials in NATS_URL: nats://user:password@host:port"
+	case s.has("JetStream:"):
+		return "the server runs without JetStream", "start nats-server with -js (JetStream), or unset NATS_URL to let the harness embed one"
+	case s.has("TLS required", "tls: first record", "secure connection"):
+		return "server requires TLS", "use a tls:// URL in NATS_URL"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "give the server a certificate the system trusts"
+	}
+	return "", "check NATS_URL (nats://[user:password@]host:port, comma-separated), or unset it to let the harness embed a server"
+}
+
+// natsHostPort is the first server's host:port in NATS_URL.
+func natsHostPort(ep string) string {
+	u, err := url.Parse(strings.TrimSpace(strings.Split(ep, ",")[0]))
+	if err != nil || u.Host == "" {
+		return stripScheme(strings.Split(ep, ",")[0])
+	}
+	if u.Port() == "" {
+		return net.JoinHostPort(u.Hostname(), "4222")
+	}
+	return u.Host
+}

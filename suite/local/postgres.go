@@ -1,0 +1,126 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/pgxact"
+	"github.com/locksuite/locksuite/backends/postgres"
+	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/fencing/pgstore"
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// postgresService is a throwaway PostgreSQL cluster (initdb, then
+// postgres), or the server libpq's variables name. It also holds the
+// counter store (stores).
+var postgresService = &service{
+	name: "postgres", title: "Postgres", server: "initdb and postgres",
+	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
+	vars:       []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
+	fromEnv:    postgresFromEnv,
+	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartPostgres(ctx) },
+	probe:      probePostgres,
+	diagnose:   diagnosePostgres,
+	hostPortOf: pgHostPort,
+	startTLS:   true,
+	servers:    oneProcess("postgres", noClockPostgres),
+	version:    func() string { return binVersion(nil, "postgres", "/usr/lib/postgresql/*/bin/postgres") },
+	store:      openPgStore,
+}
+
+const pgxModule = "github.com/jackc/pgx/v5"
+
+var postgresBackends = []backend{
+	{name: "postgres", kind: adapter, on: postgresService, modules: []string{pgxModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+		return postgres.New(postgres.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	}},
+	{name: "pg-xact", kind: library, on: postgresService, modules: []string{pgxModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+		return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	}},
+}
+
+// noClockPostgres is why postgres's clock is not jumped (wrapped in
+// errors.ErrUnsupported).
+const noClockPostgres = "postgres ends an idle session (idle_session_timeout) with an interval timer (setitimer) armed for the time remaining: a wall-clock jump does not make it fire sooner (measured: TestPostgresIdleTimeoutIgnoresClockJump), so the lease does not follow the wall clock"
+
+// openPgStore is the counter store in the table locksuite_counter
+// (fencing/pgstore), over a pool of connections to c.
+func openPgStore(ctx context.Context, c *conn) (*counterStore, error) {
+	pool, err := pgxpool.New(ctx, strings.TrimSpace(c.endpoint))
+	if err != nil {
+		return nil, err
+	}
+	return &counterStore{
+		new: func(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
+			return pgstore.New(ctx, pool, "", name, fenced)
+		},
+		close: pool.Close,
+	}, nil
+}
+
+// postgresFromEnv reads DATABASE_URL, or libpq's PG* variables.
+func postgresFromEnv() (*conn, error) {
+	c := &conn{}
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		c.endpoint = u
+	} else if os.Getenv("PGHOST") != "" {
+		c.endpoint = " " // libpq's variables: pgx reads them from an empty DSN
+	} else {
+		return nil, nil
+	}
+	c.secrets = append(c.secrets, os.Getenv("PGPASSWORD"))
+	pc, err := pgconn.ParseConfig(strings.TrimSpace(c.endpoint))
+	if err != nil {
+		return nil, &servers.Unavailable{Backend: "postgres", Err: err, Fix: "check DATABASE_URL (postgres://user:password@host:port/db?sslmode=...) and the PG* variables"}
+	}
+	c.secrets = append(c.secrets, pc.Password)
+	return c, nil
+}
+
+// probePostgres: a connection, and a ping on it.
+func probePostgres(ctx context.Context, c *conn) error {
+	p, err := pgxpool.New(ctx, strings.TrimSpace(c.endpoint))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return p.Ping(ctx)
+}
+
+func diagnosePostgres(s symptoms) (problem, fix string) {
+	var pe *pgconn.PgError
+	isPg := errors.As(s.err, &pe)
+	switch {
+	case isPg && pe.Code == "28P01":
+		return "authentication failed: wrong password", "set the password in PGPASSWORD or in DATABASE_URL (postgres://user:password@host:port/db)"
+	case isPg && pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
+		return "server requires TLS (pg_hba.conf refuses plain connections)", "set PGSSLMODE=require (or verify-full with PGSSLROOTCERT), or sslmode= in DATABASE_URL"
+	case isPg && pe.Code == "28000":
+		return "authentication failed: pg_hba.conf has no entry for this user and host", "check PGUSER and the server's pg_hba.conf"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "set PGSSLROOTCERT (or sslrootcert= in DATABASE_URL) to a PEM file of its CA"
+	case s.has("server refused TLS connection"):
+		return "the server does not offer TLS", "set PGSSLMODE=prefer or disable, or sslmode= in DATABASE_URL"
+	}
+	return "", "check DATABASE_URL or the PG* variables, or unset them to let the harness make a throwaway cluster"
+}
+
+// pgHostPort is the host:port of a URL, a key=value DSN or libpq's
+// variables: pgx knows where.
+func pgHostPort(ep string) string {
+	if pc, err := pgconn.ParseConfig(strings.TrimSpace(ep)); err == nil {
+		return net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port)))
+	}
+	return ep
+}

@@ -1,0 +1,297 @@
+package local
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/redis"
+	"github.com/locksuite/locksuite/backends/redsync"
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/internal/redact"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// RedisCACertEnv names a PEM file of the CA that signed a rediss:// server's
+// certificate. Redis has no variable of its own for it; without it, the
+// system's roots are used.
+const RedisCACertEnv = "LOCKSUITE_REDIS_CACERT"
+
+// redisService is one redis-server.
+var redisService = &service{
+	name: "redis", title: "Redis", server: "redis-server",
+	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
+	vars:       []string{"REDIS_URL", RedisCACertEnv},
+	fromEnv:    redisFromEnv,
+	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartRedis(ctx) },
+	probe:      probeRedis,
+	diagnose:   diagnoseRedis,
+	hostPortOf: urlHost,
+	environ: func(ep string) string {
+		if !strings.Contains(ep, "://") {
+			ep = "redis://" + ep + "/0"
+		}
+		return "REDIS_URL=" + ep
+	},
+	servers: redisServers,
+	version: func() string { return binVersion(nil, "redis-server") },
+}
+
+// redis3Service is three independent redis-servers, for Redlock.
+var redis3Service = &service{
+	name: "redis-3", title: "three Redis servers", server: "three redis-servers",
+	lease: redisService.lease, pause: redisService.pause, duration: redisService.duration,
+	vars:    []string{"LOCKSUITE_REDIS_NODES"},
+	shared:  []string{RedisCACertEnv},
+	fromEnv: redisNodesFromEnv,
+	start:   func(ctx context.Context) (servers.Server, error) { return startRedisNodes(ctx, 3) },
+	probe:   probeNodes,
+	version: redisService.version,
+	noCompose: "three independent servers: run three redis services of the compose file's kind and name them in " +
+		"LOCKSUITE_REDIS_NODES",
+}
+
+// redisSentinel is a Redis primary with an asynchronous replica and three
+// Sentinels; named by its variable, it takes no credentials or TLS
+// settings. On nodes, it takes five: the primary, the replica, and a
+// Sentinel on each of the others.
+var redisSentinel = func() *service {
+	s := clusterOf("redis-sentinel", "Redis with Sentinel", "redis-server and redis-sentinel (a primary, a replica, three Sentinels)", "LOCKSUITE_REDIS_SENTINEL", redisService,
+		func(ctx context.Context) (servers.Cluster, error) { return servers.StartRedisSentinel(ctx) })
+	s.nodes = &onNodes{n: 5, members: 2, direct: redisDirect,
+		start: func(ctx context.Context, h *servers.Hosts, o suite.NodeOptions) (servers.Cluster, error) {
+			var so servers.SentinelOptions
+			if o.MinReplicas {
+				so.MinReplicasToWrite, so.MinReplicasMaxLag = 1, 1
+			}
+			return servers.StartRedisSentinelOn(ctx, h, so)
+		}}
+	return s
+}()
+
+const goRedisModule = "github.com/redis/go-redis/v9"
+
+var redisBackends = []backend{
+	{name: "redis", kind: adapter, on: redisService, modules: []string{goRedisModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+		if strings.Contains(c.endpoint, "://") {
+			return redis.New(redis.Config{URL: c.endpoint, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		}
+		return redis.New(redis.Config{Addr: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	}},
+	{name: "redsync", kind: library, on: redisService, newLocker: newRedsync, modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
+	{name: "redsync-3", kind: library, on: redis3Service, newLocker: newRedsync, modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
+	{name: "redis-sentinel", kind: cluster, on: redisSentinel, modules: []string{goRedisModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+		// go-redis dials the sentinels and whatever primary they name.
+		return redis.New(redis.Config{SentinelAddrs: c.addrs(), MasterName: servers.SentinelMaster, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	}},
+}
+
+func newRedsync(c *conn, cl suite.Client) (backends.Locker, error) {
+	return redsync.New(redsync.Config{Addrs: c.addrs(), TLS: c.tls, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+}
+
+// redisDirect is a Redis client of one server, for a client that keeps
+// talking to the primary it knows.
+func redisDirect(addr string, cl suite.Client) (backends.Locker, error) {
+	return redis.New(redis.Config{Addr: addr, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+}
+
+// redisFromEnv reads REDIS_URL and LOCKSUITE_REDIS_CACERT.
+func redisFromEnv() (*conn, error) {
+	c := &conn{endpoint: os.Getenv("REDIS_URL")}
+	if c.endpoint == "" {
+		return nil, nil
+	}
+	const n = "redis"
+	o, err := goredis.ParseURL(c.endpoint)
+	if err != nil {
+		return nil, &servers.Unavailable{Backend: n, Err: redact.Error(fmt.Errorf("REDIS_URL %s: %w", redact.URL(c.endpoint), err)),
+			Fix: "set REDIS_URL to redis://[user:password@]host:port/db, or rediss:// for TLS"}
+	}
+	c.secrets = append(c.secrets, o.Password)
+	c.tls = o.TLSConfig
+	if f := os.Getenv(RedisCACertEnv); f != "" {
+		pool, err := loadCA(f)
+		if err != nil {
+			return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the server's CA"}
+		}
+		if c.tls == nil {
+			return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s is set but REDIS_URL is not rediss://", RedisCACertEnv),
+				Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
+		}
+		c.tls.RootCAs = pool
+	}
+	return c, nil
+}
+
+// redisNodesFromEnv reads LOCKSUITE_REDIS_NODES, and LOCKSUITE_REDIS_CACERT
+// for its rediss:// URLs.
+func redisNodesFromEnv() (*conn, error) {
+	c := &conn{endpoint: os.Getenv("LOCKSUITE_REDIS_NODES")}
+	if c.endpoint == "" {
+		return nil, nil
+	}
+	for _, a := range c.addrs() {
+		if o, err := goredis.ParseURL(a); err == nil {
+			c.secrets = append(c.secrets, o.Password)
+		}
+	}
+	if f := os.Getenv(RedisCACertEnv); f != "" && strings.Contains(c.endpoint, "rediss://") {
+		pool, err := loadCA(f)
+		if err != nil {
+			return nil, &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the servers' CA"}
+		}
+		c.tls = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return c, nil
+}
+
+// probeRedis: PING, over TLS and with the URL's credentials if any.
+func probeRedis(ctx context.Context, c *conn) error {
+	o := &goredis.Options{Addr: c.endpoint}
+	if strings.Contains(c.endpoint, "://") {
+		var err error
+		if o, err = goredis.ParseURL(c.endpoint); err != nil {
+			return err
+		}
+	}
+	if c.tls != nil {
+		o.TLSConfig = c.tls
+	}
+	o.DialTimeout, o.MaxRetries = 3*time.Second, -1
+	rc := goredis.NewClient(o)
+	defer rc.Close()
+	return rc.Ping(ctx).Err()
+}
+
+func diagnoseRedis(s symptoms) (problem, fix string) {
+	switch {
+	case s.has("WRONGPASS"):
+		return "authentication failed: wrong user name or password", "put the right ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
+	case s.has("NOAUTH", "NOPERM"):
+		return "authentication failed: the server requires a password", "put the ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
+	case s.untrusted():
+		return "the server's TLS certificate is not trusted", "set " + RedisCACertEnv + " to a PEM file of the CA that signed it"
+	case s.plainToTLS():
+		return "server requires TLS", "use a rediss:// URL in REDIS_URL (and " + RedisCACertEnv + " for a private CA)"
+	case s.c.tls != nil && s.has("first record does not look like a TLS handshake"):
+		return "the server does not speak TLS", "use a redis:// URL in REDIS_URL"
+	}
+	return "", "check REDIS_URL (redis://[user:password@]host:port/db, rediss:// for TLS), or unset it to let the harness start redis-server"
+}
+
+// urlHost is the host:port of a redis:// URL, or the endpoint itself.
+func urlHost(ep string) string {
+	ep = strings.TrimSpace(ep)
+	if strings.Contains(ep, "://") {
+		if u, err := url.Parse(ep); err == nil {
+			return u.Host
+		}
+	}
+	return ep
+}
+
+// noFaketime is why the harness's redis-server's clock does not move.
+const noFaketime = "libfaketime is not installed (apt-get install faketime, or run ci/setup.sh): the harness cannot move redis-server's clock"
+
+// redisServers: the redis-server process, whose clock moves when
+// libfaketime is installed.
+func redisServers(sv *service, s servers.Server) suite.Servers {
+	v := s.(*servers.Redis)
+	m := &member{name: "redis-server", pid: v.Pid(), jump: unsupported(noFaketime)}
+	if c := v.Clock(); c != nil {
+		m.jump = func(ctx context.Context, d time.Duration) error { return jumpRedis(ctx, v.Endpoint(), c, d) }
+	}
+	return &serverMembers{svc: sv, s: s, members: []suite.Member{m}}
+}
+
+// jumpRedis moves the clock of the redis-server at addr and waits until its
+// TIME shows the jump.
+func jumpRedis(ctx context.Context, addr string, c *servers.FakeClock, d time.Duration) error {
+	if err := c.Jump(d); err != nil {
+		return err
+	}
+	want := c.Offset()
+	rc := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+	defer rc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		t, err := rc.Time(ctx).Result()
+		if err == nil && t.Sub(time.Now()) > want-time.Second {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("redis-server's TIME did not show the %v jump within 5s (last: %v, %v)", d, t, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// redisNodes is n independent redis-servers, for Redlock.
+type redisNodes []*servers.Redis
+
+func (r redisNodes) Name() string { return "redis-3" }
+
+// Endpoint is the servers' host:port, comma-separated.
+func (r redisNodes) Endpoint() string {
+	eps := make([]string, len(r))
+	for i, s := range r {
+		eps[i] = s.Endpoint()
+	}
+	return strings.Join(eps, ",")
+}
+
+func (r redisNodes) Stop() error {
+	for _, s := range r {
+		_ = s.Stop()
+	}
+	return nil
+}
+
+func startRedisNodes(ctx context.Context, n int) (servers.Server, error) {
+	var out redisNodes
+	for range n {
+		s, err := servers.StartRedis(ctx)
+		if err != nil {
+			out.Stop()
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// probeNodes checks that every Redis server LOCKSUITE_REDIS_NODES names
+// answers, with its URL's credentials, and over TLS (with
+// LOCKSUITE_REDIS_CACERT's CA, if set) for a rediss:// URL.
+func probeNodes(ctx context.Context, c *conn) error {
+	const fix = "check LOCKSUITE_REDIS_NODES (comma-separated host:port or redis:// URLs of independent servers), or unset it to let the harness start three redis-servers"
+	if len(c.addrs()) == 0 {
+		return &servers.Unavailable{Backend: "redis-3", Err: errors.New("no server in LOCKSUITE_REDIS_NODES"), Fix: fix}
+	}
+	for _, a := range c.addrs() {
+		nc := &conn{endpoint: a}
+		if strings.HasPrefix(a, "rediss://") {
+			nc.tls = withServerName(c.tls, hostOnly(urlHost(a)))
+		}
+		if err := probeRedis(ctx, nc); err != nil {
+			// The problem as REDIS_URL's would be named; the fix is this
+			// variable's.
+			if problem, _ := diagnoseRedis(symptoms{err: err, msg: err.Error(), c: nc, addr: urlHost(a)}); problem != "" {
+				err = fmt.Errorf("%s (%w)", problem, err)
+			}
+			return &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", redact.URL(a), redact.Error(err, c.secrets...)),
+				Fix: fix + "; credentials and TLS as in REDIS_URL (rediss://user:password@host:port/0, and " + RedisCACertEnv + " for a private CA)"}
+		}
+	}
+	return nil
+}
