@@ -18,7 +18,6 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 )
 
-
 func main() {
 	// go-redis logs every Sentinel failover it follows on stderr, which
 	// carries the CLI's own messages; the rows report the failover.
