@@ -3,6 +3,7 @@ package suite
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -41,7 +42,8 @@ type Options struct {
 	// -ginkgo.focus-file or -ginkgo.skip-file, every spec runs its own
 	// scenario (1).
 	Parallel int
-	// SpecLog, if not empty, is a file (created or truncated) that gets
+	// SpecLog, if not empty, is a file (created or truncated, its
+	// directory made if missing) that gets
 	// Ginkgo's report, verbose and without colour, instead of standard
 	// output: the CLI's spec log, so that its standard output carries only
 	// its own table. Default: standard output, as Ginkgo's flags say.
@@ -241,6 +243,9 @@ func selectScenarios(names []string) ([]Scenario, error) {
 // stdoutTo sends this process's standard output (descriptor 1, where
 // Ginkgo writes its report) into the file path until restore is called.
 func stdoutTo(path string) (restore func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,10 @@ import (
 )
 
 // artifacts is where the runs' histories and timelines go: every run's with
-// --artifacts, else the broken and unknown ones' (--keep-broken).
+// --artifacts, else those of the findings and unknown results
+// (--keep-broken): a run whose verdict is not the one its spec expected. A
+// run expected broken that came out broken (the control, an unfenced
+// deterministic pause) is what the suite says it is: not kept.
 type artifacts struct {
 	dir  string // empty: none kept
 	all  bool   // --artifacts: keep every run's
@@ -74,7 +77,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 	a.done = true
 	var kept []report.Row
 	for i, r := range rows {
-		if a.all || r.Verdict == report.Broken || (r.Verdict == report.Unknown && !interrupted) {
+		if a.all || unexpected(r) && (r.Verdict != report.Unknown || !interrupted) {
 			if r.Verdict != report.Skipped {
 				kept = append(kept, r)
 			}
@@ -87,7 +90,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 	}
 	nbad := 0
 	for _, r := range kept {
-		if r.Verdict == report.Broken || r.Verdict == report.Unknown {
+		if unexpected(r) {
 			nbad++
 		}
 	}
@@ -111,7 +114,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "locksuite run at %s: %d runs kept here, %d of them broken or unknown.\n", time.Now().UTC().Format(time.RFC3339), len(kept), nbad)
+	fmt.Fprintf(&b, "locksuite run at %s: %d runs kept here, %d of them findings (not the verdict their spec expected) or unknown.\n", time.Now().UTC().Format(time.RFC3339), len(kept), nbad)
 	fmt.Fprintf(&b, "command: %s\n", a.command(nil))
 	fmt.Fprintf(&b, "each run: its history (.json: the row, every critical section, every fault) and its timeline (.html, open it in a browser)\n")
 	if len(logs) > 0 {
@@ -150,7 +153,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 	if a.all {
 		fmt.Fprintf(stderr, "locksuite: artifacts of %d runs (histories, timelines, servers' logs, reproduce.txt) in %s\n", len(kept), a.dir)
 	} else {
-		fmt.Fprintf(stderr, "locksuite: %d runs broken or unknown: their histories, timelines, the servers' logs and how to reproduce them (reproduce.txt) are kept in %s (--keep-broken off to keep nothing)\n", nbad, a.dir)
+		fmt.Fprintf(stderr, "locksuite: %d findings or unknown results: their histories, timelines, the servers' logs and how to reproduce them (reproduce.txt) are kept in %s (--keep-broken off to keep nothing)\n", nbad, a.dir)
 	}
 }
 

@@ -19,10 +19,12 @@ type output struct {
 }
 
 // checkOutputs tells, before any server starts, whether every output path
-// can be written: a file's directory must exist and take a new file (the
-// file itself, if it exists, must be a writable file); a directory must be
-// one, or be makeable under its nearest existing parent. Nothing is left
-// behind: the probe file is removed, and no directory is made. The error,
+// can be written: a file's directory must take a new file, or be makeable
+// under its nearest existing parent (the run makes it, as it makes a
+// missing --artifacts directory); the file itself, if it exists, must be a
+// writable file; a directory must be one, or be makeable under its nearest
+// existing parent. Nothing is left behind: the probe file is removed, and
+// no directory is made. The error,
 // a usageError, names the flag, the path and the fix. A chaos worker
 // (the CLI run again by the suite) checks nothing: it writes none of them.
 func checkOutputs(outs []output) error {
@@ -60,31 +62,30 @@ func checkOutput(o output) error {
 		return fmt.Errorf("%v: choose another path", unwrapPath(err))
 	case o.dir:
 		// Made by the run: its nearest existing ancestor must take it.
-		p := filepath.Clean(o.path)
-		for {
-			parent := filepath.Dir(p)
-			st, err := os.Stat(parent)
-			if err == nil {
-				if !st.IsDir() {
-					return fmt.Errorf("%s is not a directory: choose another path", parent)
-				}
-				return probeDir(parent)
-			}
-			if parent == p {
-				return fmt.Errorf("no existing parent directory: choose another path")
-			}
-			p = parent
-		}
+		return probeAncestor(o.path)
 	default:
-		dir := filepath.Dir(o.path)
-		st, err := os.Stat(dir)
-		if err != nil {
-			return fmt.Errorf("directory %s does not exist: create it or choose another path", dir)
+		return probeAncestor(filepath.Dir(o.path))
+	}
+}
+
+// probeAncestor checks that dir, made by the run if it is missing, can be:
+// dir itself if it exists, else its nearest existing ancestor, must be a
+// writable directory.
+func probeAncestor(dir string) error {
+	p := filepath.Clean(dir)
+	for {
+		st, err := os.Stat(p)
+		if err == nil {
+			if !st.IsDir() {
+				return fmt.Errorf("%s is not a directory: choose another path", p)
+			}
+			return probeDir(p)
 		}
-		if !st.IsDir() {
-			return fmt.Errorf("%s is not a directory: choose another path", dir)
+		parent := filepath.Dir(p)
+		if parent == p {
+			return fmt.Errorf("no existing parent directory: choose another path")
 		}
-		return probeDir(dir)
+		p = parent
 	}
 }
 
@@ -108,10 +109,13 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// writeAtomic writes path through a temporary file in its directory,
-// renamed over it: a reader, or a run killed mid-write, sees the old file
-// or the new one, never a part.
+// writeAtomic writes path through a temporary file in its directory (made
+// if missing), renamed over it: a reader, or a run killed mid-write, sees
+// the old file or the new one, never a part.
 func writeAtomic(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err

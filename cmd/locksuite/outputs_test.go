@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,16 +21,16 @@ func TestOutputsCheckedFirst(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--json", "/nonexistent/x.json"}, "--json /nonexistent/x.json: directory /nonexistent does not exist: create it or choose another path"},
+		{[]string{"run", "--json", "/proc/nonexistent/x.json"}, "--json /proc/nonexistent/x.json: directory /proc is not writable"},
 		{[]string{"run", "--markdown", filepath.Join(file, "r.md")}, "--markdown " + filepath.Join(file, "r.md") + ": " + file + " is not a directory"},
 		{[]string{"run", "--junit", dir}, "--junit " + dir + ": is a directory: give a file name"},
 		{[]string{"run", "--html", "/proc/locksuite-report.html"}, "--html /proc/locksuite-report.html: directory /proc is not writable"},
-		{[]string{"run", "--log", "/nonexistent/spec.log"}, "--log /nonexistent/spec.log: directory /nonexistent does not exist"},
+		{[]string{"run", "--log", "/proc/nonexistent/spec.log"}, "--log /proc/nonexistent/spec.log: directory /proc is not writable"},
 		{[]string{"run", "--artifacts", file}, "--artifacts " + file + ": exists and is not a directory"},
 		{[]string{"run", "--artifacts", filepath.Join(file, "a", "b")}, file + " is not a directory"},
 		{[]string{"run", "--keep-broken", file}, "--keep-broken " + file + ": exists and is not a directory"},
 		{[]string{"run", "--html", filepath.Join(file, "r.html")}, "--html " + filepath.Join(file, "r.html")},
-		{[]string{"sweep", "--html", "/nonexistent/s.html"}, "--html /nonexistent/s.html: directory /nonexistent does not exist"},
+		{[]string{"sweep", "--html", "/proc/nonexistent/s.html"}, "--html /proc/nonexistent/s.html: directory /proc is not writable"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -51,12 +52,13 @@ func TestOutputsCheckedFirst(t *testing.T) {
 		})
 	}
 
-	// Good paths: nothing made, nothing left.
+	// Good paths, a file in a directory the run will make among them
+	// (report/index.html): nothing made, nothing left.
 	good := t.TempDir()
 	existing := filepath.Join(good, "old.json")
 	os.WriteFile(existing, []byte("[]"), 0o644)
 	o := options{json: existing, markdown: filepath.Join(good, "r.md"), junit: filepath.Join(good, "j.xml"),
-		html: filepath.Join(good, "r.html"), log: filepath.Join(good, "spec.log"), artifacts: filepath.Join(good, "new", "art"), keepBroken: good}
+		html: filepath.Join(good, "report", "index.html"), log: filepath.Join(good, "spec.log"), artifacts: filepath.Join(good, "new", "art"), keepBroken: good}
 	if err := checkOutputs(outputsOf(o)); err != nil {
 		t.Fatalf("good paths: %v", err)
 	}
@@ -66,5 +68,18 @@ func TestOutputsCheckedFirst(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(existing); string(b) != "[]" {
 		t.Errorf("the check changed an existing file: %q", b)
+	}
+}
+
+// TestOutputsMakeTheirDirectory: a file output whose directory does not
+// exist yet is written there, the directory made (as --artifacts makes its
+// own).
+func TestOutputsMakeTheirDirectory(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "report", "sub", "index.html")
+	if err := writeAtomic(p, func(w io.Writer) error { _, err := io.WriteString(w, "<html>"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "<html>" {
+		t.Errorf("%s: %q, %v", p, b, err)
 	}
 }

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/locksuite/locksuite/harness/report"
 
 	"github.com/locksuite/locksuite/suite/local"
 )
@@ -103,4 +108,56 @@ func TestReportFiles(t *testing.T) {
 			t.Errorf("--log %q, artifacts %+v: spec log %q, want %q", tc.log, tc.art, got, tc.want)
 		}
 	}
+}
+
+// TestKeepsFindingsOnly: by default (--keep-broken auto) a run keeps the
+// files of its findings (a verdict other than the one its spec expected)
+// and of its unknown results, not those of runs broken as expected (the
+// control, an unfenced pause with ExpectLoss), nor of kept or measured
+// ones; with no finding it keeps nothing and removes its directory.
+func TestKeepsFindingsOnly(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	art, err := newArtifacts(options{keepBroken: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(scenario string, v, want report.Verdict) report.Row {
+		r := report.Row{Backend: "etcd", Scenario: scenario, Verdict: v, Expected: want}
+		for _, ext := range []string{".json", ".html"} {
+			f := filepath.Join(art.dir, scenario+ext)
+			os.WriteFile(f, []byte("x"), 0o644)
+			r.Artifacts = append(r.Artifacts, f)
+		}
+		return r
+	}
+	rows := []report.Row{
+		row("control", report.Broken, report.Broken),
+		row("pause-random", report.Broken, report.Measured),
+		row("baseline", report.Kept, report.Kept),
+		row("deterministic-pause", report.Kept, report.Broken), // a finding
+		row("chaos-none", report.Unknown, report.Kept),
+	}
+	var errb bytes.Buffer
+	art.finish(rows, &local.Env{}, "", &errb, false)
+	for _, r := range rows {
+		_, err := os.Stat(filepath.Join(art.dir, r.Scenario+".html"))
+		keep := r.Scenario == "deterministic-pause" || r.Scenario == "chaos-none"
+		if (err == nil) != keep || (len(r.Artifacts) == 2) != keep {
+			t.Errorf("%s (%s, expected %s): kept %v, want %v", r.Scenario, r.Verdict, r.Expected, err == nil, keep)
+		}
+	}
+	if !strings.Contains(errb.String(), "2 findings or unknown results") {
+		t.Errorf("stderr: %s", errb.String())
+	}
+
+	none, err := newArtifacts(options{keepBroken: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none.finish([]report.Row{{Backend: "etcd", Scenario: "control", Verdict: report.Broken, Expected: report.Broken}}, &local.Env{}, "", &errb, false)
+	if _, err := os.Stat(none.dir); err == nil {
+		t.Errorf("a run without findings left %s", none.dir)
+	}
+	os.RemoveAll(art.dir)
 }

@@ -191,6 +191,19 @@ func configure(cfg suite.Config, o options, artifacts string) suite.Config {
 	return cfg
 }
 
+// unexpected reports whether r is a finding or unknown: a verdict other
+// than the kept or broken its spec asserted (a measured run asserts none),
+// or none at all.
+func unexpected(r report.Row) bool {
+	switch {
+	case r.Verdict == report.Unknown:
+		return true
+	case r.Verdict == report.Skipped || r.Expected != report.Kept && r.Expected != report.Broken:
+		return false
+	}
+	return r.Verdict != r.Expected
+}
+
 // findings lists results that make the exit status 1: a run whose verdict
 // is not what its spec asserted (Row.Expected: kept or broken; a measured
 // run asserts only that it reached a verdict), and a result that stayed
@@ -216,12 +229,10 @@ func findings(rows []report.Row) []string {
 		id := fmt.Sprintf("%s fencing=%v %s: %s", r.Backend, r.Fencing, r.Scenario, r.Verdict)
 		var text string
 		switch {
-		case r.Verdict == report.Skipped:
+		case !unexpected(r):
 			continue
 		case r.Verdict == report.Unknown:
 			text = " (" + r.Reason + ")"
-		case r.Expected != report.Kept && r.Expected != report.Broken, r.Verdict == r.Expected:
-			continue
 		case r.Scenario == suite.Control:
 			text = ": the harness did not catch a lock that always grants"
 		default:

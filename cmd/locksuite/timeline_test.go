@@ -49,30 +49,47 @@ func runWith(t *testing.T, tmp string, env []string, args ...string) (int, strin
 	return code, out.String(), errb.String()
 }
 
-// brokenAndKept runs the CLI twice on the embedded etcd: the control and an
-// unfenced deterministic pause, kept by default because they are broken,
-// and a fenced baseline and deterministic pause with --artifacts. It checks
-// the kept directories and returns the HTML timelines.
+// brokenAndKept runs the CLI three times on the embedded etcd: the
+// control and an unfenced deterministic pause, broken as their specs
+// expect, keep nothing by default; with --artifacts they keep their
+// timelines, histories, the servers' logs and reproduce.txt; and a fenced
+// baseline and deterministic pause with --artifacts. It checks the kept
+// directories and returns the HTML timelines.
 func brokenAndKept(t *testing.T) (broken, kept []string) {
 	t.Helper()
 	tmp := t.TempDir()
 	start := time.Now()
-	code, out, errs := runCLI(t, tmp, "run", "--backends", "etcd", "--scenarios", "baseline,control,deterministic-pause", "--fencing", "off", "--duration", "1s", "--progress", "200ms", "--json", filepath.Join(tmp, "r.json"))
+	args := []string{"run", "--backends", "etcd", "--scenarios", "baseline,control,deterministic-pause", "--fencing", "off", "--duration", "1s", "--progress", "200ms", "--json", filepath.Join(tmp, "r.json")}
+	code, out, errs := runCLI(t, tmp, args...)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
 	// Progress: stderr is a pipe, so plain lines, with the scenario running
 	// and its planned time.
-	if !regexp.MustCompile(`(?m)^locksuite: \[\d/3\] etcd fencing=off (baseline|control|deterministic-pause) [0-9.]+m?s of [0-9.]+m?s, \d+ sections, \d+ overlapping; .* in all; violations so far: \d broken runs, \d+ lost updates, 0 unexpected$`).MatchString(errs) {
+	if !regexp.MustCompile(`(?m)^locksuite: \[\d/3\] etcd fencing=off (baseline|control|deterministic-pause) [0-9.]+m?s of [0-9.]+m?s, \d+ sections, \d+ overlapping( \(and \d more running\))?; .* in all; violations so far: \d broken runs, \d+ lost updates, 0 unexpected$`).MatchString(errs) {
 		t.Errorf("no progress line on stderr:\n%s", errs)
 	}
-	m := regexp.MustCompile(`kept in (\S+)`).FindStringSubmatch(errs)
-	if m == nil {
-		t.Fatalf("stderr does not name the kept directory:\n%s", errs)
+	// Broken as expected: no finding, nothing kept, nothing left.
+	if strings.Contains(errs, "kept in") {
+		t.Errorf("a run without findings kept its artifacts:\n%s", errs)
 	}
-	dir := m[1]
-	if !strings.HasPrefix(dir, tmp) {
-		t.Errorf("kept directory %s is not under TMPDIR %s", dir, tmp)
+	if entries, _ := os.ReadDir(tmp); len(entries) != 1 { // r.json
+		t.Errorf("left in TMPDIR by a run without findings: %v", entries)
+	}
+	var rows []report.Row
+	if b, err := os.ReadFile(filepath.Join(tmp, "r.json")); err != nil || json.Unmarshal(b, &rows) != nil {
+		t.Fatalf("--json: %v", err)
+	}
+	for _, r := range rows {
+		if len(r.Artifacts) != 0 {
+			t.Errorf("--json row %s %s names removed artifacts %v", r.Scenario, r.Verdict, r.Artifacts)
+		}
+	}
+
+	dir := filepath.Join(t.TempDir(), "unfenced")
+	code, out, errs = runCLI(t, tmp, append(args[:len(args)-4], "--artifacts", dir)...)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
 	repro, err := os.ReadFile(filepath.Join(dir, "reproduce.txt"))
 	if err != nil {
@@ -87,18 +104,6 @@ func brokenAndKept(t *testing.T) (broken, kept []string) {
 			t.Errorf("reproduce.txt lacks %q:\n%s", want, repro)
 		}
 	}
-	if strings.Contains(string(repro), "baseline") && !strings.Contains(string(repro), "--scenarios baseline,control") {
-		t.Errorf("reproduce.txt lists the kept baseline:\n%s", repro)
-	}
-	var rows []report.Row
-	if b, err := os.ReadFile(filepath.Join(tmp, "r.json")); err != nil || json.Unmarshal(b, &rows) != nil {
-		t.Fatalf("--json: %v", err)
-	}
-	for _, r := range rows {
-		if (r.Verdict == report.Broken) != (len(r.Artifacts) == 2) {
-			t.Errorf("--json row %s %s: artifacts %v", r.Scenario, r.Verdict, r.Artifacts)
-		}
-	}
 	for _, f := range []string{"etcd.log", "spec.log"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("the servers' or the spec log is not kept: %v", err)
@@ -107,16 +112,12 @@ func brokenAndKept(t *testing.T) (broken, kept []string) {
 	for _, sc := range []string{"baseline", "control", "deterministic-pause"} {
 		h, _ := filepath.Glob(filepath.Join(dir, "*_"+sc+"-*.html"))
 		j, _ := filepath.Glob(filepath.Join(dir, "*_"+sc+"-*.json"))
-		if sc == "baseline" {
-			if len(h)+len(j) > 0 {
-				t.Errorf("the kept baseline's files are kept: %v %v", h, j)
-			}
-			continue
-		}
 		if len(h) != 1 || len(j) != 1 {
 			t.Errorf("%s: want one timeline and one history, got %v %v", sc, h, j)
 		}
-		broken = append(broken, h...)
+		if sc != "baseline" {
+			broken = append(broken, h...)
+		}
 	}
 
 	all := filepath.Join(t.TempDir(), "all")
@@ -127,17 +128,17 @@ func brokenAndKept(t *testing.T) (broken, kept []string) {
 	kept, _ = filepath.Glob(filepath.Join(all, "locksuite_*.html")) // the runs' timelines, not index.html
 	for _, f := range []string{filepath.Join(all, "reproduce.txt"), filepath.Join(all, "index.html"), filepath.Join(dir, "index.html")} {
 		if _, err := os.Stat(f); err != nil {
-			t.Errorf("--artifacts or --keep-broken: %v", err)
+			t.Errorf("--artifacts: %v", err)
 		}
 	}
-	// Nothing else is left in TMPDIR: no directory of a kept run.
+	// Nothing else is left in TMPDIR: no directory of a run.
 	entries, _ := os.ReadDir(tmp)
 	for _, e := range entries {
-		if e.IsDir() && filepath.Join(tmp, e.Name()) != dir {
+		if e.IsDir() {
 			t.Errorf("left in TMPDIR: %s", e.Name())
 		}
 	}
-	t.Logf("two CLI runs in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("three CLI runs in %v", time.Since(start).Round(time.Millisecond))
 	return broken, kept
 }
 
@@ -228,12 +229,12 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
-// TestArtifactsAndTimelines runs the CLI twice on the embedded etcd. By
-// default, a run with broken verdicts (the control, an unfenced
-// deterministic pause) keeps the broken runs' histories, timelines, the
-// servers' logs and a reproduce.txt with the seed and the command for each,
-// in a directory it names on stderr, and nothing of its kept baseline;
-// --artifacts keeps every run's (a fenced baseline and deterministic pause).
+// TestArtifactsAndTimelines runs the CLI three times on the embedded etcd.
+// By default, a run whose verdicts are the ones its specs expect (the
+// control and an unfenced deterministic pause broken) keeps nothing;
+// --artifacts keeps every run's history, timeline, the servers' logs and a
+// reproduce.txt with the seed and the command for each (the same unfenced
+// runs, then a fenced baseline and deterministic pause).
 //
 // Then it opens the four timelines in headless Chromium and checks what it
 // draws: in the DOM after the page's script ran, a bar per critical section
