@@ -25,6 +25,7 @@ package suite
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,8 +37,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/locksuite/locksuite/backends"
-	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/run"
 	"github.com/locksuite/locksuite/harness/worker"
 )
 
@@ -196,13 +197,7 @@ func cannotFence(cfg Config) (reason string) {
 		}
 		_ = l.Close()
 	}()
-	lease, err := load.Acquire(ctx, l)
-	if err != nil || lease == nil {
-		return ""
-	}
-	fence := lease.Fence()
-	_ = lease.Release(context.WithoutCancel(ctx))
-	if fence == 0 {
+	if errors.Is(run.ProbeFence(ctx, l), run.ErrNoFence) {
 		return NoFence
 	}
 	return ""
@@ -240,7 +235,7 @@ func GinkgoTest(cfg *Config) {
 		for i := range table {
 			sc := &table[i]
 			want := sc.Expect(cfg)
-			labels := append([]string{sc.Name}, sc.Labels...)
+			labels := []string{sc.Name}
 			if sc.Family != "" {
 				labels = append(labels, sc.Family)
 			}
