@@ -131,8 +131,14 @@ func leaderOf(ctx context.Context, p *Placed) (int, error) {
 }
 
 // LeaderNode is the node of the leader (or primary) found when the run was
-// prepared.
-func (fx *Fixture) LeaderNode() int { return fx.Placed.Members[fx.Leader] }
+// prepared; -1 if its service cannot tell (faults.Leaderer), which no
+// partition accepts (its Applies says so).
+func (fx *Fixture) LeaderNode() int {
+	if fx.Leader < 0 {
+		return -1
+	}
+	return fx.Placed.Members[fx.Leader]
+}
 
 // nodeLoop runs the critical sections of clients 0 to n-1 again and again,
 // trying again after errors (each attempt bounded by attemptBound), until
