@@ -172,10 +172,16 @@ func (f *StopHolder) Inject(ctx context.Context) (func() error, error) {
 }
 
 func (f *StopHolder) Span() Span {
-	if f.stop == nil {
-		return Span{Lane: ServiceLane, Kind: "sigstop", What: "the holder"}
+	return struckSpan(f.stop, Span{Lane: ServiceLane, Kind: "sigstop", What: "the holder"})
+}
+
+// struckSpan is the span of the Stop a fault struck, or unstruck before
+// it struck.
+func struckSpan(s *Stop, unstruck Span) Span {
+	if s == nil {
+		return unstruck
 	}
-	return f.stop.Span()
+	return s.Span()
 }
 
 // Stall is the fault of a critical section that stalls before its write:
@@ -277,10 +283,7 @@ func (f *ServerStop) Inject(ctx context.Context) (func() error, error) {
 }
 
 func (f *ServerStop) Span() Span {
-	if f.stop == nil {
-		return Span{Lane: ServiceLane, Kind: "server sigstop", What: "SIGSTOP"}
-	}
-	return f.stop.Span()
+	return struckSpan(f.stop, Span{Lane: ServiceLane, Kind: "server sigstop", What: "SIGSTOP"})
 }
 
 // ClockJump moves the wall clock of the lock service's leader (or only
@@ -484,16 +487,9 @@ func (f *LeaderKill) Restore(ctx context.Context) error {
 }
 
 var (
-	_ Fault    = (*Freeze)(nil)
-	_ Fault    = (*Partition)(nil)
-	_ Fault    = (*Stop)(nil)
-	_ Fault    = (*StopHolder)(nil)
-	_ Fault    = (*Stall)(nil)
+	_ = []Fault{(*Freeze)(nil), (*Partition)(nil), (*Stop)(nil), (*StopHolder)(nil), (*Stall)(nil),
+		(*ServerStop)(nil), (*ClockJump)(nil), (*SessionKill)(nil), (*LeaderKill)(nil)}
 	_ Aimable  = (*Stall)(nil)
-	_ Fault    = (*ServerStop)(nil)
-	_ Fault    = (*ClockJump)(nil)
-	_ Fault    = (*SessionKill)(nil)
-	_ Fault    = (*LeaderKill)(nil)
 	_ Restorer = (*LeaderKill)(nil)
 	_ LagStep  = (*LeaderKill)(nil)
 	_ Recovery = (*LeaderKill)(nil)

@@ -17,23 +17,17 @@ type proc struct {
 	gone        bool
 }
 
-func (p *proc) Stop() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.gone {
-		return syscall.ESRCH
-	}
-	p.stops++
-	return nil
-}
+func (p *proc) Stop() error { return p.signal(&p.stops) }
+func (p *proc) Cont() error { return p.signal(&p.cont) }
 
-func (p *proc) Cont() error {
+// signal counts a signal in n, or fails as for a process that has exited.
+func (p *proc) signal(n *int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.gone {
 		return syscall.ESRCH
 	}
-	p.cont++
+	*n++
 	return nil
 }
 
