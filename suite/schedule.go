@@ -9,8 +9,8 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
-	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/traffic"
 )
 
 // scheduler runs the scenario runs of Execute's specs ahead of the specs
@@ -199,7 +199,7 @@ func (s *scheduler) stop() {
 func protect(ctx context.Context, run func(context.Context) (report.Row, error)) (row report.Row, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			row, err = report.Row{}, fmt.Errorf("suite: %w", &load.PanicError{Value: p, Stack: debug.Stack()})
+			row, err = report.Row{}, fmt.Errorf("suite: %w", &traffic.PanicError{Value: p, Stack: debug.Stack()})
 		}
 	}()
 	return run(ctx)

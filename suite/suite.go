@@ -25,6 +25,7 @@ package suite
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,8 +37,8 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/locksuite/locksuite/backends"
-	"github.com/locksuite/locksuite/harness/load"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/run"
 	"github.com/locksuite/locksuite/harness/worker"
 )
 
@@ -126,8 +127,9 @@ func writeReports(dir, test string, rows []report.Row, unregistered []string) er
 }
 
 // NoFence says why a fenced Config whose lock gives no token is not
-// registered by Test.
-const NoFence = "the lock gives no fencing token (Lease.Fence() is 0), so a fenced store has nothing to compare and every fenced spec would skip; leave the fenced Config out, or return from Fence a token that increases with every grant"
+// registered by Execute (and Test): the text of run.ErrNoFence, which a
+// fenced run of such a lock is skipped with.
+var NoFence = run.ErrNoFence.Error()
 
 // cannotFence acquires cfg's lock once, on a key of its own, and returns
 // NoFence if the grant's Fence() is 0; "" if it has a token, or if the probe
@@ -155,13 +157,7 @@ func cannotFence(cfg Config) (reason string) {
 		}
 		_ = l.Close()
 	}()
-	lease, err := load.Acquire(ctx, l)
-	if err != nil || lease == nil {
-		return ""
-	}
-	fence := lease.Fence()
-	_ = lease.Release(context.WithoutCancel(ctx))
-	if fence == 0 {
+	if errors.Is(run.ProbeFence(ctx, l), run.ErrNoFence) {
 		return NoFence
 	}
 	return ""
@@ -216,7 +212,7 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 						return report.Row{}, err // the spec's BeforeEach fails with it
 					}
 					return sc.timed(ctx, frozen, runID)
-				}, sc.exclusive(), []string{describe(cfg), sc.Text.For(want)}, slices.Concat(outer, labels))
+				}, sc.Exclusive, []string{describe(cfg), sc.Text.For(want)}, slices.Concat(outer, labels))
 			}
 			It(sc.Text.For(want), Label(labels...), func(ctx SpecContext) {
 				var row report.Row

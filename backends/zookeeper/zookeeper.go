@@ -35,6 +35,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/zksession"
+	"github.com/locksuite/locksuite/internal/wait"
 )
 
 // Config describes one client of one ZooKeeper lock.
@@ -117,7 +118,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if !zksession.Retryable(err) {
 			return wrap(err)
 		}
-		if werr := zksession.Pause(ctx, 10*time.Millisecond); werr != nil {
+		if werr := wait.For(ctx, 10*time.Millisecond); werr != nil {
 			return wrap(werr)
 		}
 		return nil

@@ -26,14 +26,17 @@ import (
 //   - Inject strikes, and returns once the fault is in place. It may find
 //     only then that it does not apply (the Lease it would end has no
 //     session): it returns an error wrapping ErrNotApplicable and has struck
-//     nothing. On any error nothing is left to heal. Inject returns, with an
-//     error wrapping ctx.Err(), once ctx is done.
+//     nothing. It may find nothing to strike at this moment (no worker holds
+//     the lock, the process has exited): an error wrapping ErrNoTarget. On
+//     any error nothing is left to heal. Inject returns, with an error
+//     wrapping ctx.Err(), once ctx is done.
 //   - The heal Inject returns undoes the fault (thaws, continues, heals the
 //     path). It is idempotent: a second call does nothing and returns nil;
 //     safe to call from any goroutine; it never blocks longer than its own
 //     bounded work. A fault that cannot be undone (a jumped clock, an ended
-//     session) returns a heal that does nothing. A run always heals what it
-//     struck, also when it ends early, fails or panics (Log.HealAll).
+//     session) returns a nil heal: there is nothing to undo. Log.Strike
+//     returns a heal that is never nil. A run always heals what it struck,
+//     also when it ends early, fails or panics (Log.HealAll).
 //   - Span says what the fault records on the run's timeline: the lane it is
 //     drawn on (a client, or ServiceLane for the lock service), its kind and its
 //     name in the row's schedule. It is read after Inject and again after
@@ -43,7 +46,9 @@ import (
 //     it) sets them itself, on the Log's clock.
 //
 // A fault may implement Restorer, for what must be put back after the run
-// and its checks, not at heal time (a killed member restarted).
+// and its checks, not at heal time (a killed member restarted); the
+// optional capabilities that loads read (Aimable, LagStep, Recovery) are in
+// capability.go.
 type Fault interface {
 	Applies(ctx context.Context) error
 	Inject(ctx context.Context) (heal func() error, err error)
@@ -63,6 +68,12 @@ type Restorer interface {
 // ErrNotApplicable is wrapped by the error of Applies or Inject for a fault
 // that cannot strike its target.
 var ErrNotApplicable = errors.New("the fault does not apply")
+
+// ErrNoTarget is wrapped by the error of an Inject that found nothing to
+// strike at this moment, though the fault applies: no worker held the lock
+// for a targeted pause, the process to stop had exited. Nothing was struck;
+// a Schedule goes on with its next step (Log.Play).
+var ErrNoTarget = errors.New("nothing to strike")
 
 // NotApplicable returns an error wrapping ErrNotApplicable whose text is
 // reason (and only reason: it is the skip's text).
@@ -96,11 +107,13 @@ type Span struct {
 	// ("healthy again"); the schedule then prints it.
 	Until string
 	// Held says the victim held the lock when the fault struck; set by the
-	// run that knows (a chaos run's targeted pauses).
+	// Log from what the run knows (Log.Strike's held, Log.Play's Holders).
 	Held bool
-	// Observed marks a span the run saw rather than struck (a worker's own
-	// goroutine stall): it is drawn, but not counted as an injected fault.
-	Observed bool
+	// Uncounted marks a span that is drawn on the timeline but neither
+	// counted by Log.Injected nor printed by Log.Schedule: a stall of one
+	// goroutine (Stall with Goroutine), which stops no process and cuts no
+	// path.
+	Uncounted bool
 }
 
 // Log records the spans of one run's faults and keeps the heal of each
@@ -122,6 +135,11 @@ func NewLog(clock func() time.Duration) *Log {
 // made idempotent, and records the span's end; until it is called,
 // HealAll heals f too. held is recorded in the span (Span.Held).
 func (l *Log) Strike(ctx context.Context, f Fault, held bool) (heal func() error, err error) {
+	return l.strike(ctx, f, func(Span) bool { return held })
+}
+
+// strike is Strike with held read from the span f reports once it struck.
+func (l *Log) strike(ctx context.Context, f Fault, held func(Span) bool) (heal func() error, err error) {
 	start := l.clock()
 	h, err := f.Inject(ctx)
 	if err != nil {
@@ -131,7 +149,7 @@ func (l *Log) Strike(ctx context.Context, f Fault, held bool) (heal func() error
 	if s.Start == 0 {
 		s.Start = start
 	}
-	s.Held = held
+	s.Held = held(s)
 	l.mu.Lock()
 	i := len(l.spans)
 	l.spans = append(l.spans, s)
@@ -162,14 +180,6 @@ func (l *Log) Strike(ctx context.Context, f Fault, held bool) (heal func() error
 	return heal, nil
 }
 
-// Observe records a span the run saw rather than struck (Span.Observed).
-func (l *Log) Observe(s Span) {
-	s.Observed = true
-	l.mu.Lock()
-	l.spans = append(l.spans, s)
-	l.mu.Unlock()
-}
-
 // HealAll heals every fault struck and not healed yet, and returns their
 // errors joined. A run defers it: whatever happens, a stopped process is
 // continued and a cut path healed.
@@ -194,11 +204,11 @@ func (l *Log) Spans() []Span {
 	return append([]Span(nil), l.spans...)
 }
 
-// Injected counts the spans that were struck (not Observed).
+// Injected counts the spans that were struck, Uncounted ones aside.
 func (l *Log) Injected() int {
 	n := 0
 	for _, s := range l.Spans() {
-		if !s.Observed {
+		if !s.Uncounted {
 			n++
 		}
 	}
@@ -211,7 +221,7 @@ func (l *Log) Injected() int {
 func (l *Log) Schedule(t0 time.Duration) string {
 	var b strings.Builder
 	for _, s := range l.Spans() {
-		if s.Observed {
+		if s.Uncounted {
 			continue
 		}
 		if b.Len() > 0 {

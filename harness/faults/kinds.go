@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/internal/wait"
 )
 
 // NoDial is why a network fault does not apply to a client that made no
@@ -99,7 +101,9 @@ type Stopper interface {
 // continues it (SIGCONT): every thread stops, renewals and timers
 // included. It is the one process pause of the harness: a chaos run's
 // pauses, a worker's stall in its critical section and a stopped server
-// are all Stop.
+// are all Stop. A process that has exited is nothing to strike: Inject
+// returns an error wrapping ErrNoTarget, and a heal after the process
+// exited returns nil.
 type Stop struct {
 	Proc Stopper
 	Lane int    // the client it stops, or ServiceLane
@@ -117,12 +121,115 @@ func (f *Stop) Applies(context.Context) error {
 func (f *Stop) Inject(context.Context) (func() error, error) {
 	if err := f.Proc.Stop(); err != nil {
 		_ = f.Proc.Cont()
+		if errors.Is(err, syscall.ESRCH) {
+			return nil, fmt.Errorf("%s has exited: %w", f.What, ErrNoTarget)
+		}
 		return nil, err
 	}
-	return f.Proc.Cont, nil
+	return func() error {
+		if err := f.Proc.Cont(); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+		return nil
+	}, nil
 }
 
 func (f *Stop) Span() Span { return Span{Lane: f.Lane, Kind: f.Kind, What: f.What} }
+
+// StopHolder is a targeted pause: it stops (Stop, kind "sigstop") the
+// process of whichever client holds the lock when it strikes, waiting up
+// to Wait for one (polling Holders every millisecond). Procs[i] is client
+// i's process. With no holder by then, Inject returns an error wrapping
+// ErrNoTarget and stops nothing.
+type StopHolder struct {
+	Procs   []Stopper
+	Holders Holders
+	Wait    time.Duration
+	stop    *Stop // the pause struck, once Inject found a holder
+}
+
+func (f *StopHolder) Applies(context.Context) error {
+	if len(f.Procs) == 0 || f.Holders == nil {
+		return NotApplicable("no worker processes whose lock holder could be stopped")
+	}
+	return nil
+}
+
+func (f *StopHolder) Inject(ctx context.Context) (func() error, error) {
+	deadline := time.Now().Add(f.Wait)
+	for {
+		if id, ok := f.Holders.Holder(); ok {
+			f.stop = &Stop{Proc: f.Procs[id], Lane: id, Kind: "sigstop", What: workerName(id)}
+			return f.stop.Inject(ctx)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no worker held the lock within %v: %w", f.Wait, ErrNoTarget)
+		}
+		if err := wait.For(ctx, time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (f *StopHolder) Span() Span {
+	return struckSpan(f.stop, Span{Lane: ServiceLane, Kind: "sigstop", What: "the holder"})
+}
+
+// struckSpan is the span of the Stop a fault struck, or unstruck before
+// it struck.
+func struckSpan(s *Stop, unstruck Span) Span {
+	if s == nil {
+		return unstruck
+	}
+	return s.Span()
+}
+
+// Stall is the fault of a critical section that stalls before its write:
+// a chaos worker asks for it at its every-Nth section and waits until the
+// heal. Aim it at the worker that asks (Aimable). With Goroutine false, it
+// stops the worker's whole process (Stop, kind "stall"; Procs[i] is worker
+// i's process): renewals stop too. With Goroutine true, it stops nothing:
+// only the asking goroutine waits for the heal while its process, and any
+// renewal in it, runs on; its span (kind "sleep") is drawn but not counted
+// (Span.Uncounted). Struck without aiming, it strikes nothing and says so
+// (ErrNotApplicable).
+type Stall struct {
+	Procs     []Stopper
+	Goroutine bool
+}
+
+func (f *Stall) Applies(context.Context) error {
+	if !f.Goroutine && len(f.Procs) == 0 {
+		return NotApplicable("no worker processes to stall")
+	}
+	return nil
+}
+
+func (f *Stall) Inject(context.Context) (func() error, error) {
+	return nil, NotApplicable("a stall strikes the worker that asks for it: aim it first (Aim)")
+}
+
+func (f *Stall) Span() Span { return Span{Lane: ServiceLane, Kind: "stall", What: "stall"} }
+
+// Aim is the stall of worker client.
+func (f *Stall) Aim(client int) Fault {
+	if f.Goroutine {
+		return &goroutineStall{lane: client}
+	}
+	return &Stop{Proc: f.Procs[client], Lane: client, Kind: "stall", What: workerName(client)}
+}
+
+// goroutineStall is Stall with Goroutine, aimed: nothing to inject, the
+// asking goroutine waits for the heal.
+type goroutineStall struct{ lane int }
+
+func (*goroutineStall) Applies(context.Context) error { return nil }
+
+func (*goroutineStall) Inject(context.Context) (func() error, error) { return nil, nil }
+
+func (f *goroutineStall) Span() Span {
+	return Span{Lane: f.lane, Kind: "sleep", What: workerName(f.lane) + " sleeps", Uncounted: true}
+}
 
 // victim is the member a server fault strikes, once the fault applies
 // (its Applies returns nil): the leader when the Service can tell, else the
@@ -176,15 +283,12 @@ func (f *ServerStop) Inject(ctx context.Context) (func() error, error) {
 }
 
 func (f *ServerStop) Span() Span {
-	if f.stop == nil {
-		return Span{Lane: ServiceLane, Kind: "server sigstop", What: "SIGSTOP"}
-	}
-	return f.stop.Span()
+	return struckSpan(f.stop, Span{Lane: ServiceLane, Kind: "server sigstop", What: "SIGSTOP"})
 }
 
 // ClockJump moves the wall clock of the lock service's leader (or only
 // member) forward By, as an NTP step would (ClockJumper). It cannot be
-// undone: its heal does nothing. It does not apply to a member whose clock
+// undone: its heal is nil. It does not apply to a member whose clock
 // cannot be moved or does not decide its expiry.
 type ClockJump struct {
 	Service Service
@@ -225,7 +329,7 @@ func (f *ClockJump) Span() Span {
 
 // SessionKill ends the server session of a client's lease from outside
 // (backends.Terminator), as an administrator or a failover would. It
-// cannot be undone. Lease is read when it strikes; a Lease without a
+// cannot be undone: its heal is nil. Lease is read when it strikes; a Lease without a
 // session makes Inject return a not-applicable error.
 type SessionKill struct {
 	Lease func() backends.Lease
@@ -292,12 +396,6 @@ func (f *LeaderKill) Applies(ctx context.Context) error {
 	}
 	f.victim, f.ok = v, make(chan struct{})
 	return nil
-}
-
-// Async reports whether the service replicates asynchronously (Lagger).
-func (f *LeaderKill) Async() bool {
-	_, ok := f.Service.(Lagger)
-	return ok
 }
 
 // Lag makes the replicas fall behind, if the service replicates
@@ -389,13 +487,11 @@ func (f *LeaderKill) Restore(ctx context.Context) error {
 }
 
 var (
-	_ Fault    = (*Freeze)(nil)
-	_ Fault    = (*Partition)(nil)
-	_ Fault    = (*Stop)(nil)
-	_ Fault    = (*ServerStop)(nil)
-	_ Fault    = (*ClockJump)(nil)
-	_ Fault    = (*SessionKill)(nil)
-	_ Fault    = (*LeaderKill)(nil)
+	_ = []Fault{(*Freeze)(nil), (*Partition)(nil), (*Stop)(nil), (*StopHolder)(nil), (*Stall)(nil),
+		(*ServerStop)(nil), (*ClockJump)(nil), (*SessionKill)(nil), (*LeaderKill)(nil)}
+	_ Aimable  = (*Stall)(nil)
 	_ Restorer = (*LeaderKill)(nil)
+	_ LagStep  = (*LeaderKill)(nil)
+	_ Recovery = (*LeaderKill)(nil)
 	_ Stopper  = Group(0)
 )

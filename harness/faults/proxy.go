@@ -6,7 +6,7 @@
 // keeps its own direct path to the store it protects, so a client cut off
 // from the lock service can still write. Because every request of the
 // client's lock library (renewals and keep-alives included) goes through the
-// proxy, stopping its traffic stops its renewals too. Four network faults,
+// proxy, stopping its traffic stops its renewals too. Three network faults,
 // each undone by Heal:
 //
 //   - Freeze stops forwarding in both directions without losing a byte: data

@@ -38,7 +38,7 @@
 //   - An embedded server in this process: Node.Listen (or ListenPacket); the
 //     listener's connections live in the node.
 //
-// Only processes can be paused (Pause): a client living in this process
+// Only processes can be stopped (Stop): a client living in this process
 // through Node.Dial cannot.
 //
 // # Privileges and cleanup

@@ -11,7 +11,7 @@ import (
 	"github.com/locksuite/locksuite/harness/checker"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/history"
-	"github.com/locksuite/locksuite/harness/load"
+	"github.com/locksuite/locksuite/harness/traffic"
 )
 
 // Contract checks the promises of backends.Locker and backends.Lease that
@@ -21,15 +21,18 @@ import (
 //     lock, returns an error wrapping ctx.Err() once its context is
 //     cancelled.
 //   - Release of an expired lease returns nil and harms no one: A stalls
-//     (its fault path frozen, or backends.Freezer) until B holds the lock,
-//     then releases, twice; C must not get in while B holds the lock.
+//     under the run's fault (a freeze of A: its fault path frozen, or
+//     backends.Freezer) until B holds the lock, then releases, twice; C
+//     must not get in while B holds the lock.
 //   - Acquire after Close returns an error wrapping backends.ErrClosed.
 //   - A second Close returns nil, without panicking.
 //
 // It judges by itself (nobody writes): kept when every promise held,
 // broken with each broken one named. A promise that cannot be exercised
-// on this lock (its lease does not expire while its holder stalls) is
-// noted in the reason, not judged.
+// on this lock (its lease does not expire while its holder stalls, or the
+// freeze does not apply and the lock declares no TTL to wait out) is
+// noted in the reason, not judged: Contract runs whether or not its fault
+// applies (OptionalFault).
 type Contract struct {
 	// Bound is how long each call may take once it should return: after
 	// Acquire's context is cancelled, Acquire after Close, Release of an
@@ -37,45 +40,41 @@ type Contract struct {
 	Bound time.Duration
 }
 
-func (Contract) Prepare(ctx context.Context, e *Env) error {
-	if err := e.Clients(ctx, 3, true); err != nil {
+// Prepare makes A, B and C; A, acquiring and releasing the free lock once,
+// dials through its path (or not), so that the freeze knows whether it
+// applies. A lock without a fencing token is judged too: nobody writes.
+func (Contract) Prepare(ctx context.Context, fx *Fixture) error {
+	if err := fx.Clients(ctx, 3, true); err != nil {
 		return err
 	}
-	// A, acquiring and releasing the free lock once, dials through its
-	// path (or not), so that the freeze knows whether it applies.
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	lease, err := load.Acquire(pctx, e.Lockers[0])
-	if err != nil {
-		return fmt.Errorf("suite: %s: the first Acquire of a free lock: %w", e.Backend, err)
-	}
-	if err := lease.Release(ctx); err != nil {
-		return fmt.Errorf("suite: %s: releasing the first lease: %w", e.Backend, err)
-	}
-	return nil
+	_, err := firstGrant(ctx, fx.Lockers[0])
+	return err
 }
 
-func (c Contract) Planned(e *Env) time.Duration { return e.Expiry() + 2*c.Bound }
+func (c Contract) Planned(fx *Fixture) time.Duration { return fx.Expiry() + 2*c.Bound }
+
+// OptionalFault: the contract runs whether or not the freeze applies.
+func (Contract) OptionalFault() {}
 
 // called is the outcome of one call of the Locker or Lease under test,
 // panicked set when it panicked.
 type called struct {
-	load.Called
+	traffic.Called
 	panicked any
 }
 
-// within is load.Call, with a panic taken out of the error.
+// within is traffic.Call, with a panic taken out of the error.
 func within(bound time.Duration, ready <-chan struct{}, f func() (backends.Lease, error)) called {
-	r := called{Called: load.Call(ready, bound, f)}
-	var pe *load.PanicError
+	r := called{Called: traffic.Call(ready, bound, f)}
+	var pe *traffic.PanicError
 	if errors.As(r.Err, &pe) {
 		r.panicked, r.Err = pe, nil
 	}
 	return r
 }
 
-func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, error) {
-	a, b, cc, rec := e.Lockers[0], e.Lockers[1], e.Lockers[2], e.Rec
+func (c Contract) Run(ctx context.Context, fx *Fixture, freeze faults.Fault) (Outcome, error) {
+	a, b, cc, rec := fx.Lockers[0], fx.Lockers[1], fx.Lockers[2], fx.Rec
 	t0 := time.Now()
 	var broken, notes []string
 	hold := func(id int, asked, start time.Duration) {
@@ -92,7 +91,7 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 	// A holds the lock.
 	askedA := rec.Now()
 	actx, cancelA := context.WithTimeout(ctx, probeTimeout)
-	la, err := load.Acquire(actx, a)
+	la, err := traffic.Acquire(actx, a)
 	cancelA()
 	if err != nil {
 		return Outcome{}, fmt.Errorf("holder A: %w", err)
@@ -104,7 +103,7 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 	cancelled := make(chan struct{})
 	go func() {
 		select {
-		case <-time.After(min(max(e.TTL()/4, 20*time.Millisecond), 100*time.Millisecond)):
+		case <-time.After(min(max(fx.TTL()/4, 20*time.Millisecond), 100*time.Millisecond)):
 		case <-ctx.Done():
 		}
 		cancelB()
@@ -126,7 +125,7 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 		release(r.Lease)
 		release(la)
 		actx, cancelA := context.WithTimeout(ctx, probeTimeout)
-		la, err = load.Acquire(actx, a)
+		la, err = traffic.Acquire(actx, a)
 		cancelA()
 		if err != nil {
 			return Outcome{}, fmt.Errorf("holder A, again: %w", err)
@@ -137,25 +136,25 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 
 	// 2. A stalls past its lease; B gets the lock; A releases its expired
 	// lease, twice.
-	freeze := &faults.Freeze{Path: e.Paths[0], Locker: a, Lane: 0, Name: "A"}
 	_, _, declared := backends.TTLOf(a)
+	applies := freeze != nil && freeze.Applies(ctx) == nil
 	switch {
-	case freeze.Applies(ctx) != nil && !declared:
+	case !applies && !declared:
 		notes = append(notes, "Release of an expired lease not checked: "+faults.NoDial+", and it declares no TTL (backends.TTLer)")
 		release(la)
 		hold(0, askedA, startA)
 	default:
 		heal := func() error { return nil }
-		if freeze.Applies(ctx) == nil {
-			if heal, err = e.Log.Strike(ctx, freeze, true); err != nil {
+		if applies {
+			if heal, err = fx.Log.Strike(ctx, freeze, true); err != nil {
 				release(la)
 				return Outcome{}, err
 			}
 		}
-		lb, askedB, startB, err := e.takeover(ctx, b, heal)
+		lb, askedB, startB, err := fx.takeover(ctx, b, heal)
 		switch {
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, load.ErrIgnoredContext):
-			notes = append(notes, fmt.Sprintf("Release of an expired lease not checked: A's lease did not expire in %v while A stalled", e.StallBound()))
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, traffic.ErrIgnoredContext):
+			notes = append(notes, fmt.Sprintf("Release of an expired lease not checked: A's lease did not expire in %v while A stalled", fx.StallBound()))
 			release(la)
 			hold(0, askedA, startA)
 		case err != nil:
@@ -179,9 +178,9 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 				}
 			}
 			// Harm: C must not get in while B holds the lock.
-			cctx, cancel := context.WithTimeout(ctx, max(e.TTL()/4, 20*time.Millisecond))
+			cctx, cancel := context.WithTimeout(ctx, max(fx.TTL()/4, 20*time.Millisecond))
 			askedC := rec.Now()
-			lc, err := load.Acquire(cctx, cc)
+			lc, err := traffic.Acquire(cctx, cc)
 			late := cctx.Err() != nil
 			cancel()
 			switch {
@@ -195,7 +194,7 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 				release(lc)
 				hold(2, askedC, startC)
 				broken = append(broken, "Release of an expired lease removed the next holder's lock: a third client acquired it while the second held it")
-			case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, load.ErrIgnoredContext):
+			case !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, traffic.ErrIgnoredContext):
 				release(lb)
 				return Outcome{}, fmt.Errorf("client C: %w", err)
 			}
@@ -236,7 +235,7 @@ func (c Contract) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, err
 		}
 	}
 	// C is closed (or broken): the run's end does not close it again.
-	e.Lockers[2] = closedLocker{}
+	fx.Lockers[2] = closedLocker{}
 
 	res := &checker.Result{Verdict: checker.Kept}
 	if len(broken) > 0 {

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,200 +15,177 @@ import (
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/tempdir"
+	"github.com/locksuite/locksuite/internal/wait"
 )
 
 // Workers is a chaos load: Count worker processes (harness/worker) loop
-// acquire → read → work → write → release for For, while their processes
-// are stopped: Pauses process pauses of Pause each, Interval apart, on a
-// random worker or (Targeted) on the one holding the lock, drawn from Seed
-// (faults.Plan); and, with StallEvery, every StallEvery-th critical
-// section of each worker stalls for Pause before its write, its whole
-// process stopped (worker.StallProcess) or its goroutine asleep
-// (worker.StallGoroutine). Every process pause is a faults.Stop.
+// acquire → read → work → write → release for For, and for as long as the
+// run's schedule lasts (Fixture.Schedule). Prepare starts them and
+// exposes them to the faults: Fixture.Workers (their processes, to stop)
+// and Fixture.Holders (who holds the lock, as they report it).
 //
-// Its fault argument is unused: the faults are the workers' own pauses.
+// With StallEvery, every StallEvery-th critical section of each worker
+// asks before its write; the run's fault strikes that worker (aimed at it:
+// faults.Aimable), lasts Pause, heals, and the worker goes on.
 type Workers struct {
-	Target     string   // which Config the workers build (worker.Spec.Target)
-	Argv, Env  []string // how to run this binary as a worker
-	Count      int
-	For        time.Duration
-	Pause      time.Duration
-	Interval   time.Duration
-	Pauses     int
-	Targeted   bool
+	Target    string   // which Config the workers build (worker.Spec.Target)
+	Argv, Env []string // how to run this binary as a worker
+	Count     int
+	For       time.Duration
+	// StallEvery: every StallEvery-th section asks for a stall (0: none).
 	StallEvery int
-	StallMode  string
-	Seed       uint64
+	// Pause is how long each stall lasts, and the length of each pause or
+	// stall as the row reports it (Row.PauseMS; 0: none).
+	Pause time.Duration
+
+	procs   []*worker.Proc
+	events  chan worker.Event
+	holding *holders
 }
 
-func (w *Workers) plan() []faults.Pause {
-	if w.Pauses == 0 {
-		return nil
+// holders is who holds the lock as the workers report it: from their read
+// to their release (faults.Holders).
+type holders struct {
+	mu sync.Mutex
+	by map[int]bool
+}
+
+func (h *holders) set(id int, holds bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if holds {
+		h.by[id] = true
+	} else {
+		delete(h.by, id)
 	}
-	return faults.Plan(w.Seed, w.Pauses, w.Interval, w.Pause, w.Count, w.Targeted)
 }
 
-// One in-process client: to probe for a fence, and to report the TTL.
-func (w *Workers) Prepare(ctx context.Context, e *Env) error { return e.Standard(ctx, 1, false) }
+func (h *holders) Holder() (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id := range h.by {
+		return id, true
+	}
+	return 0, false
+}
 
-func (w *Workers) Planned(*Env) time.Duration { return max(w.For, faults.End(w.plan())+w.Interval) }
+func (h *holders) Holds(id int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.by[id]
+}
 
-func (w *Workers) Run(ctx context.Context, e *Env, _ faults.Fault) (Outcome, error) {
-	plan := w.plan()
-	duration := w.Planned(e)
+// readyTimeout bounds how long the workers may take to start.
+const readyTimeout = 60 * time.Second
+
+// Prepare makes one in-process client (to probe for a fence, and to report
+// the TTL), opens the counter, and starts the workers: it returns once
+// every one is ready to go.
+func (w *Workers) Prepare(ctx context.Context, fx *Fixture) error {
+	if err := fx.Standard(ctx, 1, false); err != nil {
+		return err
+	}
 	logDir, err := tempdir.New("", "locksuite-workers-")
 	if err != nil {
-		return Outcome{}, err
+		return err
 	}
-	defer os.RemoveAll(logDir)
-	rec := e.Rec
-	var procs []*worker.Proc
-	defer func() {
-		for _, p := range procs {
-			p.End(3 * time.Second)
+	fx.closers = append(fx.closers, func() {
+		for _, p := range w.procs {
+			p.End(0)
 		}
-	}()
-	events := make(chan worker.Event, 4096)
+		os.RemoveAll(logDir)
+	})
+	w.events = make(chan worker.Event, 4096)
+	w.holding = &holders{by: map[int]bool{}}
 	for id := range w.Count {
 		spec := worker.Spec{
-			Target: w.Target, ID: id, Key: e.Key, Lease: e.Lease,
-			Store: e.Key, Fenced: e.Fenced, Work: e.Work, Base: rec.Base(),
-			StallEvery: w.StallEvery, Stall: w.Pause, StallMode: w.StallMode,
+			Target: w.Target, ID: id, Key: fx.Key, Lease: fx.Lease,
+			Store: fx.Key, Fenced: fx.Fenced, Work: fx.Work, Base: fx.Rec.Base(), StallEvery: w.StallEvery,
 		}
 		p, err := worker.Start(spec, w.Argv, w.Env, filepath.Join(logDir, fmt.Sprintf("worker-%d.log", id)))
 		if err != nil {
-			return Outcome{}, err
+			return err
 		}
-		procs = append(procs, p)
+		w.procs = append(w.procs, p)
+		fx.Workers = append(fx.Workers, p)
 		go func() {
 			// A worker that reports something invalid is an error of the
 			// run, not a worker that never finishes.
-			if err := p.Events(events); err != nil {
-				events <- worker.Event{Kind: "error", Client: p.ID, Err: strings.TrimPrefix(err.Error(), fmt.Sprintf("worker %d: ", p.ID))}
+			if err := p.Events(w.events); err != nil {
+				w.events <- worker.Event{Kind: "error", Client: p.ID, Err: strings.TrimPrefix(err.Error(), fmt.Sprintf("worker %d: ", p.ID))}
 			}
 		}()
 	}
+	fx.Holders = w.holding
+	return w.ready(ctx)
+}
 
-	// Wait until every worker is ready, then start them together.
-	ready := 0
-	startBy := time.After(60 * time.Second)
-	for ready < len(procs) {
+// ready waits until every worker is ready.
+func (w *Workers) ready(ctx context.Context) error {
+	startBy := time.After(readyTimeout)
+	for ready := 0; ready < len(w.procs); {
 		select {
-		case ev := <-events:
+		case ev := <-w.events:
 			if ev.Kind == "ready" {
 				ready++
 			} else if ev.Kind == "error" {
-				return Outcome{}, fmt.Errorf("worker %d: %s", ev.Client, ev.Err)
+				return fmt.Errorf("worker %d: %s", ev.Client, ev.Err)
 			}
 		case <-startBy:
-			return Outcome{}, fmt.Errorf("suite: %s: workers not ready after 60s; worker 0's output: %s", e.Backend, procs[0].Log())
+			return fmt.Errorf("workers not ready after %v; worker 0's output: %s", readyTimeout, w.procs[0].Log())
 		case <-ctx.Done():
-			return Outcome{}, ctx.Err()
+			return ctx.Err()
 		}
-		for _, p := range procs {
+		for _, p := range w.procs {
 			select {
 			case <-p.Done():
-				return Outcome{}, fmt.Errorf("suite: %s: worker %d exited before starting: %s", e.Backend, p.ID, p.Log())
+				return fmt.Errorf("worker %d exited before starting: %s", p.ID, p.Log())
 			default:
 			}
 		}
 	}
-	t0 := rec.Now()
-	e.T0 = t0
-	for _, p := range procs {
-		p.Go(t0 + duration)
-	}
+	return nil
+}
 
-	// Holders, as the workers report them, for targeted pauses.
-	var (
-		mu      sync.Mutex
-		holding = map[int]bool{}
-	)
-	holder := func() (int, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		for id := range holding {
-			return id, true
-		}
-		return 0, false
-	}
-	pause := func(victim int, d time.Duration, kind string) {
-		mu.Lock()
-		held := holding[victim]
-		mu.Unlock()
-		heal, err := e.Log.Strike(ctx, &faults.Stop{Proc: procs[victim], Lane: victim, Kind: kind, What: fmt.Sprintf("w%d", victim)}, held)
-		if err != nil {
-			return // the worker is gone: its events say why
-		}
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-		}
-		_ = heal()
-	}
-	injCtx, stopInj := context.WithCancel(ctx)
-	defer stopInj()
-	var injWG sync.WaitGroup
-	injWG.Add(1)
-	go func() { // the fault schedule
-		defer injWG.Done()
-		for _, pl := range plan {
-			select {
-			case <-time.After(pl.At - (rec.Now() - t0)):
-			case <-injCtx.Done():
-				return
-			}
-			victim := pl.Victim
-			if victim < 0 { // targeted: wait (up to Interval) for a holder
-				deadline := time.Now().Add(max(w.Interval, 100*time.Millisecond))
-				for {
-					if id, ok := holder(); ok {
-						victim = id
-						break
-					}
-					if time.Now().After(deadline) {
-						break
-					}
-					time.Sleep(time.Millisecond)
-				}
-				if victim < 0 {
-					continue
-				}
-			}
-			pause(victim, pl.For, "sigstop")
-		}
-	}()
+func (w *Workers) Planned(fx *Fixture) time.Duration { return max(w.For, fx.Schedule.End()) }
 
+// Run starts the workers together, at the run's time zero (Fixture.T0, the
+// schedule's too), records their sections and answers their stalls under
+// f, until every worker is done.
+func (w *Workers) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcome, error) {
+	duration := w.Planned(fx)
+	for _, p := range w.procs {
+		p.Go(fx.T0 + duration)
+	}
 	var (
 		done     = 0
 		rejected uint64
 		firstErr error
 		limit    = time.After(duration + w.Pause + 30*time.Second)
+		stalls   sync.WaitGroup
+		stallErr = make(chan error, 1)
 	)
-	var stallWG sync.WaitGroup
 loop: // the recorder: the workers' events
-	for done < len(procs) {
+	for done < len(w.procs) {
 		select {
-		case ev := <-events:
+		case ev := <-w.events:
 			switch ev.Kind {
 			case "section":
-				rec.Add(*ev.Section)
+				fx.Rec.Add(*ev.Section)
 			case "read":
-				mu.Lock()
-				holding[ev.Client] = true
-				mu.Unlock()
-			case "sleep":
-				e.Log.Observe(faults.Span{Lane: ev.Client, Kind: "sleep", Start: ev.T, End: ev.T + w.Pause})
+				w.holding.set(ev.Client, true)
 			case "released":
-				mu.Lock()
-				delete(holding, ev.Client)
-				mu.Unlock()
+				w.holding.set(ev.Client, false)
 			case "stall":
-				stallWG.Add(1)
+				stalls.Add(1)
 				go func(id int) {
-					defer stallWG.Done()
-					pause(id, w.Pause, "stall")
-					procs[id].Ack()
+					defer stalls.Done()
+					if err := w.stall(ctx, fx, f, id); err != nil {
+						select {
+						case stallErr <- err:
+						default:
+						}
+					}
 				}(ev.Client)
 			case "done":
 				done++
@@ -219,51 +197,79 @@ loop: // the recorder: the workers' events
 				done++
 			}
 		case <-limit:
-			firstErr = fmt.Errorf("suite: %s: workers still running %v after the run's end", e.Backend, w.Pause+30*time.Second)
+			firstErr = fmt.Errorf("workers still running %v after the run's end", w.Pause+30*time.Second)
 			break loop
 		case <-ctx.Done():
 			firstErr = ctx.Err()
 			break loop
 		}
 	}
-	stopInj()
-	injWG.Wait()
-	stallWG.Wait()
-	grace := 3 * time.Second
-	if firstErr != nil {
-		grace = 0 // interrupted or failed: the workers' work is moot
-	}
-	for _, p := range procs {
-		p.End(grace)
-	}
-	// Sections still in the pipes.
-	for {
+	stalls.Wait()
+	if firstErr == nil {
 		select {
-		case ev := <-events:
-			if ev.Kind == "section" {
-				rec.Add(*ev.Section)
-			}
-			continue
+		case firstErr = <-stallErr:
 		default:
 		}
-		break
 	}
-	elapsed := rec.Now() - t0
+	w.end(fx, firstErr == nil)
+	elapsed := fx.Rec.Now() - fx.T0
 	out := Outcome{Elapsed: elapsed, Row: func(r *report.Row) {
 		r.Rejected = int(rejected)
-		r.LeaseMS = e.Lease.Milliseconds()
-		r.Seed, r.Workers = w.Seed, w.Count
-		r.Faults = e.Log.Injected()
-		if len(plan) > 0 || w.StallEvery > 0 {
-			r.PauseMS = w.Pause.Milliseconds()
-		}
-		availability(r, rec, elapsed)
+		r.LeaseMS = fx.Lease.Milliseconds()
+		r.Workers = w.Count
+		r.Faults = fx.Log.Injected()
+		r.PauseMS = w.Pause.Milliseconds()
+		availability(r, fx.Rec, elapsed)
 	}}
 	if firstErr != nil {
-		if e.Explain != nil {
-			firstErr = e.Explain(firstErr)
+		if fx.Explain != nil {
+			firstErr = fx.Explain(firstErr)
 		}
 		out.Result = &checker.Result{Verdict: checker.Unknown, Reason: firstErr.Error()}
 	}
 	return out, nil
+}
+
+// stall strikes f at worker id, which asked before its write, for Pause,
+// then lets it go on. A worker that exited meanwhile is nothing to strike.
+func (w *Workers) stall(ctx context.Context, fx *Fixture, f faults.Fault, id int) error {
+	defer w.procs[id].Ack()
+	if f == nil {
+		return nil
+	}
+	if a, ok := f.(faults.Aimable); ok {
+		f = a.Aim(id)
+	}
+	heal, err := fx.Log.Strike(ctx, f, w.holding.Holds(id))
+	if errors.Is(err, faults.ErrNoTarget) || ctx.Err() != nil {
+		return nil // the worker is gone (its events say why), or the run is over
+	}
+	if err != nil {
+		return fmt.Errorf("stall of worker %d: %w", id, err)
+	}
+	_ = wait.For(ctx, w.Pause)
+	return heal()
+}
+
+// end ends the workers (after a grace period for their last sections when
+// the run went well) and records the sections still in their pipes.
+func (w *Workers) end(fx *Fixture, graceful bool) {
+	grace := 3 * time.Second
+	if !graceful {
+		grace = 0 // interrupted or failed: the workers' work is moot
+	}
+	for _, p := range w.procs {
+		p.End(grace)
+	}
+	for {
+		select {
+		case ev := <-w.events:
+			if ev.Kind == "section" {
+				fx.Rec.Add(*ev.Section)
+			}
+			continue
+		default:
+		}
+		return
+	}
 }

@@ -28,7 +28,8 @@ func FuzzDecodeEvents(f *testing.F) {
 	sec := &history.Section{Client: 0, Asked: 1, Start: 2, End: 3, Fence: 4, Read: 5, Wrote: 6, Outcome: history.Rejected}
 	f.Add(good(Event{Kind: "ready"}, Event{Kind: "read", T: 5}, Event{Kind: "section", Section: sec}, Event{Kind: "released"}, Event{Kind: "done", Writes: 3, Rejected: 1}))
 	f.Add(good(Event{Kind: "error", Err: "client 0: acquire: boom"}))
-	f.Add(good(Event{Kind: "sleep", T: 7}, Event{Kind: "stall", T: 8}))
+	f.Add(good(Event{Kind: "stall", T: 8}))
+	f.Add(`{"kind":"sleep","t":7}`) // a kind workers no longer report
 	f.Add(`{"kind":"section","section":{"outcome":9,"start_ns":5,"end_ns":1}}`)
 	f.Add(`{"kind":"section"}`)
 	f.Add(`{"kind":"ready","section":{}}`)
@@ -64,7 +65,7 @@ func FuzzDecodeEvents(f *testing.F) {
 // FuzzSpec: a worker's LOCKSUITE_WORKER value either decodes to a Spec or
 // is refused with an error naming the variable (FromEnv's parseSpec).
 func FuzzSpec(f *testing.F) {
-	b, _ := json.Marshal(Spec{Target: "redis/fenced=false", ID: 1, Key: "locksuite/x", Lease: time.Second, StallEvery: 10, Stall: time.Second, StallMode: StallProcess})
+	b, _ := json.Marshal(Spec{Target: "redis/fenced=false", ID: 1, Key: "locksuite/x", Lease: time.Second, StallEvery: 10})
 	f.Add(string(b))
 	f.Add(`{"id":"one"}`)
 	f.Add(`{`)

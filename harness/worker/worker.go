@@ -7,9 +7,11 @@
 // notice it, build the Locker and the Store from the same Config as the
 // coordinator, and call Serve, which loops acquire → read → work → write →
 // release until the Spec's deadline and reports every event on file
-// descriptor 3, one JSON object a line. A worker that must stall its whole
-// process asks the coordinator (a "stall" event) and waits on descriptor 4
-// until the coordinator has stopped and continued it.
+// descriptor 3, one JSON object a line. Every Spec.StallEvery-th critical
+// section asks the coordinator before its write (a "stall" event) and
+// waits on descriptor 4 until the coordinator answers: meanwhile the
+// coordinator strikes the run's fault (faults.Stall stops the process, or
+// lets only the waiting goroutine wait).
 package worker
 
 import (
@@ -30,21 +32,11 @@ import (
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/internal/spawn"
-	"github.com/locksuite/locksuite/harness/load"
+	"github.com/locksuite/locksuite/harness/traffic"
 )
 
 // EnvVar carries a worker's Spec.
 const EnvVar = "LOCKSUITE_WORKER"
-
-// Stall modes of Spec.StallMode.
-const (
-	// StallProcess stops the whole worker process (the coordinator sends
-	// SIGSTOP, waits, sends SIGCONT): renewals stop too.
-	StallProcess = "process"
-	// StallGoroutine sleeps only the holder's goroutine: the process, and
-	// its background renewals, run on.
-	StallGoroutine = "goroutine"
-)
 
 // Spec is what the coordinator tells one worker.
 type Spec struct {
@@ -57,11 +49,9 @@ type Spec struct {
 	Fenced   bool          `json:"fenced"`
 	Work     time.Duration `json:"work"`
 	Base     time.Duration `json:"base"` // history.Clock reading of time zero
-	// Every StallEvery-th critical section stalls for Stall before its
-	// write, in StallMode. 0: never.
-	StallEvery int           `json:"stall_every"`
-	Stall      time.Duration `json:"stall"`
-	StallMode  string        `json:"stall_mode"`
+	// Every StallEvery-th critical section asks the coordinator before its
+	// write (a "stall" event) and waits for its answer. 0: never.
+	StallEvery int `json:"stall_every"`
 }
 
 // FromEnv returns the Spec this process was started with, if it is a worker.
@@ -85,7 +75,7 @@ func parseSpec(v string) (Spec, error) {
 
 // Event is one line a worker reports.
 type Event struct {
-	Kind     string           `json:"kind"` // ready, read (holds the lock and has read), released, section, stall, sleep (a goroutine stall starts), done, error
+	Kind     string           `json:"kind"` // ready, read (holds the lock and has read), released, section, stall (waits for the coordinator before its write), done, error
 	Client   int              `json:"client"`
 	T        time.Duration    `json:"t"` // since Base
 	Section  *history.Section `json:"section,omitempty"`
@@ -95,7 +85,7 @@ type Event struct {
 }
 
 // Serve is the worker's side: it runs the loop of spec with l and s, reports
-// on descriptor 3 and waits for stall acknowledgements on descriptor 4.
+// on descriptor 3 and waits for the answers to its stalls on descriptor 4.
 func Serve(spec Spec, l backends.Locker, s fencing.Store) error {
 	out := os.NewFile(3, "events")
 	acks := bufio.NewReader(os.NewFile(4, "acks"))
@@ -127,26 +117,20 @@ func Serve(spec Spec, l backends.Locker, s fencing.Store) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(until)-rec.Now())
 	defer cancel()
 	writes, n := 0, 0
-	hooks := load.Hooks{
+	hooks := traffic.Hooks{
 		Read:     func() { emit(Event{Kind: "read", T: rec.Now()}) },
 		Released: func() { emit(Event{Kind: "released", T: rec.Now()}) },
 		BeforeWrite: func(ctx context.Context) {
 			if spec.StallEvery <= 0 || n%spec.StallEvery != 0 {
 				return
 			}
-			switch spec.StallMode {
-			case StallGoroutine:
-				emit(Event{Kind: "sleep", T: rec.Now()})
-				time.Sleep(spec.Stall)
-			default:
-				emit(Event{Kind: "stall", T: rec.Now()})
-				_, _ = acks.ReadString('\n') // returns once we were stopped and continued
-			}
+			emit(Event{Kind: "stall", T: rec.Now()})
+			_, _ = acks.ReadString('\n') // returns once the coordinator's fault has healed
 		},
 	}
 	for ctx.Err() == nil {
 		n++
-		err := load.Increment(ctx, spec.ID, l, s, rec, spec.Work, hooks)
+		err := traffic.Increment(ctx, spec.ID, l, s, rec, spec.Work, hooks)
 		if err == nil {
 			writes++
 			continue
@@ -224,7 +208,7 @@ func (p *Proc) Events(ch chan<- Event) error { return DecodeEvents(p.events, p.I
 
 // eventKinds are the kinds a worker reports (Event.Kind): a new kind must
 // be added here, or DecodeEvents refuses it.
-var eventKinds = map[string]bool{"ready": true, "read": true, "released": true, "section": true, "stall": true, "sleep": true, "done": true, "error": true}
+var eventKinds = map[string]bool{"ready": true, "read": true, "released": true, "section": true, "stall": true, "done": true, "error": true}
 
 // DecodeEvents reads worker id's events from r, one JSON object each, into
 // ch until r ends (nil) or holds something that is not a valid event (an
@@ -262,7 +246,8 @@ func DecodeEvents(r io.Reader, id int, ch chan<- Event) error {
 // Go starts a ready worker: it begins sections until until (since Base).
 func (p *Proc) Go(until time.Duration) { _, _ = fmt.Fprintf(p.acks, "go %d\n", int64(until)) }
 
-// Ack releases a worker waiting after a "stall" event.
+// Ack answers a worker waiting after a "stall" event: it goes on to its
+// write.
 func (p *Proc) Ack() { _, _ = p.acks.Write([]byte("ok\n")) }
 
 // Stop stops the worker's process group (faults.Group).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/internal/wait"
 )
 
 // Check checks a Config's key and lease for package pkg: key must not be
@@ -81,17 +82,8 @@ func Retry(ctx context.Context, attempt func(context.Context) (backends.Lease, e
 	}
 }
 
-// Sleep waits d, or returns ctx's error when ctx is done first.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// Sleep waits d, or returns ctx's error when ctx is done first (wait.For).
+func Sleep(ctx context.Context, d time.Duration) error { return wait.For(ctx, d) }
 
 // Renew calls renew every period until ctx is done. When renew reports the
 // lease gone (false), Renew marks lost and returns: the watcher of a lease

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/internal/wait"
 )
 
 // LockPath makes a lock's key a znode path: "/" + key, a leading "/" kept.
@@ -39,16 +40,6 @@ func Retryable(err error) bool {
 		errors.Is(err, zk.ErrSessionMoved) || errors.Is(err, zk.ErrNoServer)
 }
 
-// Pause waits d, or less if ctx ends first (then it returns ctx's error).
-func Pause(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}
-
 // Moved reports whether the client now has a session other than id: id
 // ended, and its ephemeral znodes with it.
 func (s *Session) Moved(id int64) bool {
@@ -68,7 +59,7 @@ func (s *Session) Release(ctx context.Context, id int64, del func() error) error
 		if !Retryable(err) {
 			return err
 		}
-		if werr := Pause(ctx, 10*time.Millisecond); werr != nil {
+		if werr := wait.For(ctx, 10*time.Millisecond); werr != nil {
 			return fmt.Errorf("%w (last: %v)", werr, err)
 		}
 	}

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/locksuite/locksuite/harness/load"
+	"github.com/locksuite/locksuite/harness/run"
+	"github.com/locksuite/locksuite/harness/traffic"
 )
 
 // wentAway reports whether err says that a server is gone: the connection
@@ -42,23 +43,28 @@ func wentAway(err error) bool {
 }
 
 // explain turns the error of a scenario whose server went away mid-run into
-// one that says so, naming the service (the lock's, or the counter store)
-// and the fix. Other errors are returned as they are.
+// a *run.Error that says so, naming the service (the lock's, or the
+// counter store) and the fix. Other errors are returned as they are.
 func explain(cfg Config, scenario string, err error) error {
 	if err == nil || !wentAway(err) {
 		return err
+	}
+	var re *run.Error
+	if errors.As(err, &re) {
+		err = re.Err // the run's name is said once, here
 	}
 	what := "the lock service (" + cfg.Name
 	if addr := address(err); addr != "" {
 		what += " at " + addr
 	}
 	what += ")"
-	var se *load.StepError
+	var se *traffic.StepError
 	if errors.As(err, &se) && se.Step != "acquire" ||
 		!errors.As(err, &se) && (strings.Contains(err.Error(), ": read: ") || strings.Contains(err.Error(), ": write: ")) {
 		what = "the counter store"
 	}
-	return fmt.Errorf("suite: %s: %s: %s went away during the run (it refused or dropped the connection): %w; fix: check that the server is running and reachable, then run again", cfg.Name, scenario, what, err)
+	return &run.Error{Backend: cfg.Name, Scenario: scenario,
+		Err: fmt.Errorf("%s went away during the run (it refused or dropped the connection): %w; fix: check that the server is running and reachable, then run again", what, err)}
 }
 
 // dialAddr finds the address in a dial error's text ("dial tcp

@@ -1,16 +1,10 @@
 package nodes
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
-	"time"
 )
 
 // A Fault is something the nemesis does to a Network, until healed. The
@@ -24,7 +18,7 @@ import (
 //     same majority; packets between the other pairs are lost both ways.
 //   - OneWay: every packet from a node of From to a node of To is lost; the
 //     other direction, and everything else, is delivered.
-//   - Pause: every process on the given nodes gets SIGSTOP at Inject, which
+//   - Stop: every process on the given nodes gets SIGSTOP at Inject, which
 //     returns once all their threads are stopped, and SIGCONT at heal; the
 //     network is untouched.
 //
@@ -42,7 +36,7 @@ import (
 // lists every node.
 type Fault interface {
 	// Kind is the fault's name in a schedule: halves, isolate, partition,
-	// ring, one-way or node-pause.
+	// ring, one-way or node-stop.
 	Kind() Kind
 	// String says exactly what the fault does, with node names:
 	// "halves n0,n3 | n1,n2,n4".
@@ -61,14 +55,14 @@ const (
 	KindPartition Kind = "partition" // a Partition built by hand
 	KindRing      Kind = "ring"
 	KindOneWay    Kind = "one-way"
-	KindPause     Kind = "node-pause"
+	KindStop      Kind = "node-stop"
 )
 
 // effect is a fault on a concrete network: drop[to] lists every node whose
-// packets node to loses; pause lists the nodes whose processes stop.
+// packets node to loses; stop lists the nodes whose processes stop.
 type effect struct {
-	drop  [][]int
-	pause []int
+	drop [][]int
+	stop []int
 }
 
 // Partition is a set of disjoint groups of node indices: nodes in
@@ -125,7 +119,7 @@ func (p Partition) Kind() Kind {
 func (p Partition) String() string {
 	g := make([]string, len(p.Groups))
 	for i, grp := range p.Groups {
-		g[i] = names(grp)
+		g[i] = Names(grp)
 	}
 	return string(p.Kind()) + " " + strings.Join(g, " | ")
 }
@@ -226,7 +220,7 @@ type OneWay struct {
 // Kind is one-way.
 func (OneWay) Kind() Kind { return KindOneWay }
 
-func (o OneWay) String() string { return fmt.Sprintf("one-way %s -> %s", names(o.From), names(o.To)) }
+func (o OneWay) String() string { return fmt.Sprintf("one-way %s -> %s", Names(o.From), Names(o.To)) }
 
 func (o OneWay) effect(n int) (effect, error) {
 	if len(o.From) == 0 || len(o.To) == 0 {
@@ -249,29 +243,30 @@ func (o OneWay) effect(n int) (effect, error) {
 	return e, nil
 }
 
-// Pause stops every process on the given nodes (SIGSTOP) until heal
+// Stop stops every process on the given nodes (SIGSTOP) until heal
 // (SIGCONT): the processes on the node when Inject runs, found by their
 // network namespace, children included. Processes started on the node
-// later run. A client that lives in this process (Node.Dial) is not paused.
-type Pause struct {
+// later run. A client that lives in this process (Node.Dial) is not
+// stopped.
+type Stop struct {
 	Nodes []int
 }
 
-// Kind is node-pause.
-func (Pause) Kind() Kind { return KindPause }
+// Kind is node-stop.
+func (Stop) Kind() Kind { return KindStop }
 
-func (p Pause) String() string { return "node-pause " + names(p.Nodes) }
+func (p Stop) String() string { return "node-stop " + Names(p.Nodes) }
 
-func (p Pause) effect(n int) (effect, error) {
+func (p Stop) effect(n int) (effect, error) {
 	if len(p.Nodes) == 0 {
-		return effect{}, fmt.Errorf("nodes: %s: no node to pause", p)
+		return effect{}, fmt.Errorf("nodes: %s: no node to stop", p)
 	}
 	for _, i := range p.Nodes {
 		if i < 0 || i >= n {
 			return effect{}, fmt.Errorf("nodes: %s: no node %d on a network of %d", p, i, n)
 		}
 	}
-	return effect{pause: slices.Clone(p.Nodes)}, nil
+	return effect{stop: slices.Clone(p.Nodes)}, nil
 }
 
 // dropUnless is the effect that loses every packet between a and b unless
@@ -288,7 +283,8 @@ func dropUnless(n int, sees func(a, b int) bool) effect {
 	return e
 }
 
-func names(nodes []int) string {
+// Names names the given nodes: "n0,n3".
+func Names(nodes []int) string {
 	s := make([]string, len(nodes))
 	for i, v := range nodes {
 		s[i] = fmt.Sprintf("n%d", v)
@@ -298,8 +294,8 @@ func names(nodes []int) string {
 
 // Schedule draws count faults among the given nodes from seed: each
 // fault's kind is drawn from kinds (all of halves, isolate, ring, one-way
-// and node-pause if none are given), then its nodes among among: halves as
-// Halves, isolate and node-pause one node, one-way random halves (the first
+// and node-stop if none are given), then its nodes among among: halves as
+// Halves, isolate and node-stop one node, one-way random halves (the first
 // half From, the other To), ring as MajoritiesRing. The same seed, nodes,
 // count and kinds give the same faults: print the seed to reproduce a run.
 func Schedule(seed uint64, among []int, count int, kinds ...Kind) ([]Fault, error) {
@@ -308,7 +304,7 @@ func Schedule(seed uint64, among []int, count int, kinds ...Kind) ([]Fault, erro
 	}
 	n := slices.Max(among) + 1
 	if len(kinds) == 0 {
-		kinds = []Kind{KindHalves, KindIsolate, KindRing, KindOneWay, KindPause}
+		kinds = []Kind{KindHalves, KindIsolate, KindRing, KindOneWay, KindStop}
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	var out []Fault
@@ -324,10 +320,10 @@ func Schedule(seed uint64, among []int, count int, kinds ...Kind) ([]Fault, erro
 		case KindOneWay:
 			h := Halves(rng, among)
 			f = OneWay{From: h.Groups[0], To: h.Groups[1]}
-		case KindPause:
-			f = Pause{Nodes: []int{among[rng.IntN(len(among))]}}
+		case KindStop:
+			f = Stop{Nodes: []int{among[rng.IntN(len(among))]}}
 		default:
-			return nil, fmt.Errorf("nodes: Schedule: kind %q: want halves, isolate, ring, one-way or node-pause", k)
+			return nil, fmt.Errorf("nodes: Schedule: kind %q: want halves, isolate, ring, one-way or node-stop", k)
 		}
 		if _, err := f.effect(n); err != nil {
 			return nil, err
@@ -335,189 +331,4 @@ func Schedule(seed uint64, among []int, count int, kinds ...Kind) ([]Fault, erro
 		out = append(out, f)
 	}
 	return out, nil
-}
-
-// Span is one injected fault as it happened, for a timeline.
-type Span struct {
-	Kind Kind
-	What string // the fault's String
-	// Start is taken before the first change, End after the last change of
-	// heal: the fault may have acted at any time in between. End is zero
-	// while the fault is in effect.
-	Start, End time.Time
-}
-
-// injection is a fault in effect.
-type injection struct {
-	span    int     // index in Network.spans
-	cut     []*Node // nodes whose drop set is filled
-	stopped []int   // pids stopped
-}
-
-// Inject puts f into effect on every node and returns heal, which undoes
-// it. One fault is in effect at a time: Inject fails while another is not
-// healed. When Inject returns, the fault holds on every node (nodes are
-// changed one after another, for a few milliseconds in all). If it fails,
-// whatever it changed is undone. heal restores everything (every packet
-// delivered again, every stopped process continued), records the span's
-// end, and is idempotent: after it succeeded, calling it again does
-// nothing; after it failed, calling it again retries. Network.Heal heals
-// whatever is in effect.
-func (nw *Network) Inject(ctx context.Context, f Fault) (heal func() error, err error) {
-	nw.mu.Lock()
-	defer nw.mu.Unlock()
-	if nw.closed {
-		return nil, errors.New("nodes: Inject on a closed Network")
-	}
-	if nw.active != nil {
-		return nil, fmt.Errorf("nodes: Inject %s: %s is in effect; heal it first", f, nw.spans[nw.active.span].What)
-	}
-	e, err := f.effect(len(nw.nodes))
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("nodes: Inject %s: %w", f, err)
-	}
-	inj := &injection{span: len(nw.spans)}
-	nw.spans = append(nw.spans, Span{Kind: f.Kind(), What: f.String(), Start: time.Now()})
-	nw.active = inj
-	fail := func(err error) (func() error, error) {
-		return nil, errors.Join(err, nw.heal(inj))
-	}
-	for to, from := range e.drop {
-		if len(from) == 0 {
-			continue
-		}
-		src := make([]*Node, len(from))
-		for i, f := range from {
-			src[i] = nw.nodes[f]
-		}
-		inj.cut = append(inj.cut, nw.nodes[to])
-		if err := nw.nodes[to].dropFrom(src); err != nil {
-			return fail(err)
-		}
-	}
-	for _, i := range e.pause {
-		if err := nw.nodes[i].stop(ctx, inj); err != nil {
-			return fail(err)
-		}
-	}
-	return func() error {
-		nw.mu.Lock()
-		defer nw.mu.Unlock()
-		return nw.heal(inj)
-	}, nil
-}
-
-// Heal heals the fault in effect, if any.
-func (nw *Network) Heal() error {
-	nw.mu.Lock()
-	defer nw.mu.Unlock()
-	if nw.active == nil {
-		return nil
-	}
-	return nw.heal(nw.active)
-}
-
-// heal undoes inj unless it is healed already. nw.mu is held.
-func (nw *Network) heal(inj *injection) error {
-	if nw.active != inj {
-		return nil
-	}
-	var errs []error
-	var cut []*Node
-	for _, n := range inj.cut {
-		if err := n.acceptAll(); err != nil {
-			errs = append(errs, err)
-			cut = append(cut, n) // retried by the next heal
-		}
-	}
-	inj.cut = cut
-	var stopped []int
-	for _, pid := range inj.stopped {
-		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil && err != syscall.ESRCH {
-			errs = append(errs, fmt.Errorf("nodes: SIGCONT %d: %w", pid, err))
-			stopped = append(stopped, pid)
-		}
-	}
-	inj.stopped = stopped
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	nw.spans[inj.span].End = time.Now()
-	nw.active = nil
-	return nil
-}
-
-// stop sends SIGSTOP to every process on the node, scanning again until a
-// scan finds no running one (a process may fork while it is being stopped).
-func (n *Node) stop(ctx context.Context, inj *injection) error {
-	for round := 0; ; round++ {
-		pids, err := n.Processes()
-		if err != nil {
-			return err
-		}
-		fresh := 0
-		for _, pid := range pids {
-			if slices.Contains(inj.stopped, pid) {
-				continue
-			}
-			fresh++
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				if err == syscall.ESRCH {
-					continue
-				}
-				return fmt.Errorf("nodes: SIGSTOP %d on %s: %w", pid, n, err)
-			}
-			inj.stopped = append(inj.stopped, pid)
-			if err := waitStopped(ctx, pid); err != nil {
-				return fmt.Errorf("nodes: pause %s: %w", n, err)
-			}
-		}
-		if fresh == 0 {
-			return nil
-		}
-		if round == 100 {
-			return fmt.Errorf("nodes: pause %s: new processes kept appearing after 100 scans", n)
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("nodes: pause %s: %w", n, err)
-		}
-	}
-}
-
-// waitStopped returns once every thread of pid is stopped (or pid is gone):
-// SIGSTOP is delivered after kill returns.
-func waitStopped(ctx context.Context, pid int) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for {
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-		running := false
-		for _, task := range tasks {
-			b, err := os.ReadFile(task)
-			if err != nil {
-				continue // the thread is gone
-			}
-			s := string(b)
-			if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 && f[0] != "T" && f[0] != "t" && f[0] != "Z" && f[0] != "X" {
-				running = true
-			}
-		}
-		if !running {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("process %d did not stop: %w", pid, ctx.Err())
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// Spans are the faults injected so far, in order.
-func (nw *Network) Spans() []Span {
-	nw.mu.Lock()
-	defer nw.mu.Unlock()
-	return slices.Clone(nw.spans)
 }

@@ -1,7 +1,7 @@
-// Package load drives clients through critical sections: acquire, read the
+// Package traffic drives clients through critical sections: acquire, read the
 // counter, work, write the counter + 1, release. It records every section in
 // a history.Recorder and judges nothing; the checker does that.
-package load
+package traffic
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/history"
+	"github.com/locksuite/locksuite/internal/wait"
 )
 
 // Hooks let a caller act at points of a critical section: to inject a fault
@@ -198,12 +199,8 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 	if h.Read != nil {
 		h.Read()
 	}
-	if work > 0 {
-		select {
-		case <-time.After(work):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := wait.For(ctx, work); err != nil {
+		return err
 	}
 	if h.BeforeWrite != nil {
 		h.BeforeWrite(ctx)
