@@ -92,7 +92,7 @@ func TestStores(t *testing.T) {
 	}
 }
 
-// TestPostgresRefusesForeignTable: NewPostgres uses only a counter table it
+// TestPostgresRefusesForeignTable: pgstore.New uses only a counter table it
 // created (marked with TableMark); a table of the same name made by someone
 // else is refused with an error naming it and the fix, and left as it was.
 // Concurrent openers of a new table (the workers of one run) all succeed.

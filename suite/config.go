@@ -122,34 +122,17 @@ type Config struct {
 	Fenced bool
 	// ExpectLoss, unfenced, pins down that this lock without fencing is
 	// unsafe, with one rule: a scenario whose every run lets a second holder
-	// in while the first runs on asserts the loss; one whose outcome chance
-	// or the service's own timing decides only measures it.
-	//
-	// The scenarios that aim their fault at the holder then assert that an
-	// update IS lost ("loses …"): deterministic-pause, pause-targeted,
-	// stall-in-section, partition-cut, partition-blackhole, session-kill,
-	// and failover on a service that replicates asynchronously (Lagger).
-	//
-	// The scenarios whose outcome chance or timing decides are then
-	// measured ("measures …": the verdict is reported, and only an unknown
-	// one fails), since asserting a loss would fail runs in which the lock
-	// did nothing wrong: pause-random (a random pause may miss the holder,
-	// or land outside its critical section), stall-goroutine (a lock that
-	// renews from another goroutine survives it), server-stall (whether a
-	// stopped server expires the lease when it runs again), clock-jump
-	// (whether expiry follows the wall clock), split-brain and
-	// split-brain-min-replicas (whether a grant lands on the cut-off
-	// primary), and, on an asynchronous service, failover-load,
-	// isolate-leader and partition-random.
-	//
-	// The rest still assert the invariant ("keeps …", "does not …"):
-	// baseline, contract, release-after-expiry, chaos-none, long-lease, and
-	// failover, failover-load, isolate-leader and partition-random on a
-	// consensus-replicated service. The control always asserts a lost
-	// update. Default false, and ignored when Fenced: every scenario but the
+	// in while the first runs on asserts the loss ("loses …"); one whose
+	// outcome chance or the service's own timing decides only measures it
+	// ("measures …": the verdict is reported, and only an unknown one
+	// fails), since asserting a loss would fail runs in which the lock did
+	// nothing wrong; the rest still assert the invariant ("keeps …", "does
+	// not …"). Each scenario's row in the table says which it is (its
+	// Expect; Scenarios lists the rows), and README's table of the
+	// scenarios names them. The control always asserts a lost update.
+	// Default false, and ignored when Fenced: every scenario but the
 	// control then asserts the invariant. Read when GinkgoTest registers the
-	// specs: it decides their text. TestExpectLossDocumented checks that
-	// this list and README's are the code's.
+	// specs: it decides their text.
 	ExpectLoss bool
 	// Clients is the number of concurrent clients in the baseline and the
 	// control. Default 3, as in the pause-testing guide.
@@ -279,7 +262,7 @@ func (c *Config) Validate() error {
 	case c.NewLocker == nil:
 		return fmt.Errorf("suite: %s: Config.NewLocker is nil: give a function that makes one client's Locker", c.Name)
 	case c.NewStore == nil:
-		return fmt.Errorf("suite: %s: Config.NewStore is nil: give the counter store (fencing.NewPostgres or fencing.NewEtcd)", c.Name)
+		return fmt.Errorf("suite: %s: Config.NewStore is nil: give the counter store (pgstore.New or etcdstore.New, under fencing/)", c.Name)
 	case c.Lease <= 0:
 		return fmt.Errorf("suite: %s: Config.Lease is %v: it must be positive (NewConfig sets 500ms)", c.Name, c.Lease)
 	case c.Clients < 2:
