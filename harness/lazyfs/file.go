@@ -2,6 +2,7 @@ package lazyfs
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"sync"
 	"syscall"
@@ -31,8 +32,11 @@ type file struct {
 	wfd      int             // a read-write descriptor of the backing file, -1 before the first write
 	open     int             // descriptors open on the FS
 	unlinked bool            // its last name was removed while open
-	inode    *fs.Inode       // the kernel's inode of it, last seen: Crash invalidates its cache
-	path     string          // its path on the FS, last seen (for Dropped)
+	// syncOnClose: truncated to zero from a larger size; the next close
+	// syncs (ext4's replace-via-truncate, see the package doc).
+	syncOnClose bool
+	inode       *fs.Inode // the kernel's inode of it, last seen: Crash invalidates its cache
+	path        string    // its path on the FS, last seen (for Dropped)
 }
 
 // name is the file's path on the FS, for Dropped: the inode's current one
@@ -192,6 +196,15 @@ func (fl *file) flush() error {
 // truncate sets the file's size, on the backing file at once (through fd,
 // or path when fd is -1), and cuts its pages to it.
 func (fl *file) truncate(fd int, path string, size int64) syscall.Errno {
+	if size == 0 {
+		var st unix.Stat_t
+		if fd >= 0 {
+			_ = unix.Fstat(fd, &st)
+		} else {
+			_ = unix.Lstat(path, &st)
+		}
+		fl.syncOnClose = fl.syncOnClose || st.Size > 0 || len(fl.pages) > 0
+	}
 	var err error
 	if fd >= 0 {
 		err = unix.Ftruncate(fd, size)
@@ -280,9 +293,18 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // Flush (close of a descriptor) syncs nothing, as close does not.
 func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
 
+// Release syncs the file if it was truncated to zero since the last close
+// (see the package doc), and closes the descriptor.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.fl.mu.Lock()
+	var err error
+	if h.fl.syncOnClose {
+		h.fl.syncOnClose = false
+		err = h.fl.flush()
+	}
+	h.fl.mu.Unlock()
 	h.fs.release(h.ino, h.fl)
-	return fs.ToErrno(unix.Close(h.fd))
+	return fs.ToErrno(errors.Join(err, unix.Close(h.fd)))
 }
 
 // Lseek answers SEEK_DATA and SEEK_HOLE (the kernel does the others): a

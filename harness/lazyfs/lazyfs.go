@@ -19,21 +19,25 @@
 // commits its journal at every fsync and at least every 5 seconds, so this
 // differs from ext4 only for names and sizes changed within the last
 // commit, which ext4 may lose and an FS keeps. What a program must sync to
-// keep its data is the same as on ext4:
+// keep its data is what ext4 (data=ordered, auto_da_alloc: its defaults)
+// asks:
 //
 //   - A file's data survives Crash once that file is synced, through any
 //     descriptor of it (a read-only one included).
 //   - fsync of a directory syncs no file data: a file created, written and
 //     not synced is there after Crash, with the data it had at its last
 //     sync (none: empty).
-//   - rename moves a file's unsynced data with it: the usual
+//   - rename moves a file's unsynced data with it, and loses it on Crash,
+//     unless it replaces an existing file: then the renamed file is synced
+//     first (ext4's auto_da_alloc writes a file renamed over another before
+//     the rename commits; LazyFS's sync_after_rename), so that
+//     write-temp-rename without fsync (NATS's metadata files at its default
+//     sync interval) keeps the old content or the new, never an empty file.
 //     write-temp, fsync, rename (Redis's RDB and AOF manifest, etcd's and
-//     ZooKeeper's snapshots) keeps the new content; a rename of an unsynced
-//     file keeps the name and loses the data. (ext4's auto_da_alloc starts
-//     writing a file renamed over another; an FS does not, as LazyFS does
-//     not.)
+//     ZooKeeper's snapshots) keeps the new content in every case.
 //   - truncation is kept; the data written after it until the next sync is
-//     not.
+//     not, except that a file truncated to zero from a larger size is
+//     synced at the next close (ext4's replace-via-truncate).
 //
 // A sync writes the data to the backing file and does not fsync the
 // backing file itself: the backing filesystem never loses power, only an

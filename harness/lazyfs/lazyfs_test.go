@@ -260,8 +260,9 @@ func TestSync(t *testing.T) {
 }
 
 // TestRename: write-temp, fsync, rename keeps the new content without a
-// directory fsync; a rename of an unsynced file keeps the name and loses
-// the data (reported under the new name).
+// directory fsync; so does write-temp, rename over a file without fsync
+// (replace-via-rename syncs); a rename of an unsynced file to a new name
+// keeps the name and loses the data (reported under the new name).
 func TestRename(t *testing.T) {
 	f := mount(t)
 	d := f.Dir()
@@ -270,15 +271,43 @@ func TestRename(t *testing.T) {
 	if err := os.Rename(filepath.Join(d, "temp-1.rdb"), filepath.Join(d, "dump.rdb")); err != nil {
 		t.Fatal(err)
 	}
+	write(t, filepath.Join(d, "meta.inf"), []byte("v1"), true)
+	write(t, filepath.Join(d, "meta.inf.tmp"), []byte("v2"), false)
+	if err := os.Rename(filepath.Join(d, "meta.inf.tmp"), filepath.Join(d, "meta.inf")); err != nil {
+		t.Fatal(err)
+	}
 	write(t, filepath.Join(d, "temp-2"), []byte("unsynced"), false)
 	if err := os.Rename(filepath.Join(d, "temp-2"), filepath.Join(d, "renamed")); err != nil {
 		t.Fatal(err)
 	}
 	wantDropped(t, f.Crash(), 8, "renamed")
-	for name, want := range map[string]string{"dump.rdb": "new", "temp-1.rdb": "<absent>", "temp-2": "<absent>", "renamed": ""} {
+	for name, want := range map[string]string{"dump.rdb": "new", "temp-1.rdb": "<absent>", "meta.inf": "v2",
+		"meta.inf.tmp": "<absent>", "temp-2": "<absent>", "renamed": ""} {
 		if got := content(t, filepath.Join(d, name)); got != want {
 			t.Errorf("after the crash, %s: %q, want %q", name, got, want)
 		}
+	}
+}
+
+// TestReplaceViaTruncate: a file truncated to zero and written again is
+// synced at its close; one written to at the end is not.
+func TestReplaceViaTruncate(t *testing.T) {
+	f := mount(t)
+	replaced, appended := filepath.Join(f.Dir(), "replaced"), filepath.Join(f.Dir(), "appended")
+	write(t, replaced, []byte("old"), true)
+	write(t, replaced, []byte("new"), false) // O_TRUNC
+	write(t, appended, []byte("a"), true)
+	fd, err := os.OpenFile(appended, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fd.Write([]byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	fd.Close()
+	wantDropped(t, f.Crash(), 1, "appended")
+	if got := content(t, replaced) + "," + content(t, appended); got != "new,a" {
+		t.Errorf("after the crash: %q, want %q", got, "new,a")
 	}
 }
 

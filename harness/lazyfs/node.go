@@ -191,18 +191,32 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	return 0
 }
 
-// Rename tells the FS when it replaces a file's last name.
+// Rename syncs a file renamed over another first (ext4's
+// replace-via-rename, see the package doc), and tells the FS when it
+// replaces a file's last name.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	var st unix.Stat_t
-	var lerr error = unix.ENOENT
+	var src, dst unix.Stat_t
+	var derr error = unix.ENOENT
 	if np, ok := newParent.(*node); ok && flags&unix.RENAME_EXCHANGE == 0 {
-		lerr = unix.Lstat(filepath.Join(np.backingPath(), newName), &st)
+		derr = unix.Lstat(filepath.Join(np.backingPath(), newName), &dst)
+	}
+	replaces := derr == nil && dst.Mode&unix.S_IFMT == unix.S_IFREG
+	if replaces && unix.Lstat(filepath.Join(n.backingPath(), name), &src) == nil {
+		if fl := n.fs.lookup(src.Ino); fl != nil {
+			fl.mu.Lock()
+			err := fl.flush()
+			fl.mu.Unlock()
+			n.fs.tidy(src.Ino, fl)
+			if err != nil {
+				return fs.ToErrno(err)
+			}
+		}
 	}
 	if errno := n.LoopbackNode.Rename(ctx, name, newParent, newName, flags); errno != 0 {
 		return errno
 	}
-	if lerr == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 {
-		n.fs.gone(st.Ino)
+	if replaces && dst.Nlink == 1 {
+		n.fs.gone(dst.Ino)
 	}
 	return 0
 }
