@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,20 +80,8 @@ func mount(t *testing.T) *lazyfs.FS {
 	return f
 }
 
-// mounted reports whether path is a mount point, from /proc/mounts.
-func mounted(t *testing.T, path string) bool {
-	t.Helper()
-	b, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[1] == path {
-			return true
-		}
-	}
-	return false
-}
+// mounted reports whether path is a mount point.
+func mounted(path string) bool { return slices.Contains(tempdir.Mounts(path), path) }
 
 func write(t *testing.T, path string, data []byte, sync bool) {
 	t.Helper()
@@ -428,7 +417,7 @@ func TestUnlinkedFileForgotten(t *testing.T) {
 func TestUnmount(t *testing.T) {
 	f := mount(t)
 	write(t, filepath.Join(f.Dir(), "x"), []byte("x"), false)
-	if !mounted(t, f.Dir()) {
+	if !mounted(f.Dir()) {
 		t.Fatalf("%s is not in /proc/mounts after Mount", f.Dir())
 	}
 	if err := f.Unmount(); err != nil {
@@ -437,7 +426,7 @@ func TestUnmount(t *testing.T) {
 	if err := f.Unmount(); err != nil {
 		t.Errorf("second Unmount: %v", err)
 	}
-	if mounted(t, f.Dir()) {
+	if mounted(f.Dir()) {
 		t.Errorf("%s is still mounted after Unmount", f.Dir())
 	}
 }
@@ -455,7 +444,7 @@ func TestUnmountBusy(t *testing.T) {
 	if err := f.Unmount(); err != nil {
 		t.Fatal(err)
 	}
-	if mounted(t, f.Dir()) {
+	if mounted(f.Dir()) {
 		t.Errorf("%s is still mounted after Unmount", f.Dir())
 	}
 	fd.Close()
@@ -494,14 +483,14 @@ func TestStaleMountRemoved(t *testing.T) {
 		t.Fatalf("child said %q", line)
 	}
 	dir, mnt := fields[0], fields[1]
-	if !mounted(t, mnt) {
+	if !mounted(mnt) {
 		t.Errorf("%s is not mounted while the child runs", mnt)
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	if !mounted(t, mnt) {
+	if !mounted(mnt) {
 		t.Fatalf("%s is not mounted after the child was killed: nothing stale to remove", mnt)
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "x")); !errors.Is(err, syscall.ENOTCONN) {
@@ -515,7 +504,7 @@ func TestStaleMountRemoved(t *testing.T) {
 	if !found {
 		t.Errorf("RemoveStale removed %q, not %s", removed, dir)
 	}
-	if mounted(t, mnt) {
+	if mounted(mnt) {
 		t.Errorf("%s is still mounted after RemoveStale", mnt)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {

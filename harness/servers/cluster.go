@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -390,4 +391,75 @@ func (g *group) addOn(name, dir, host string, port int, start func() (*proc, err
 	}
 	g.members = append(g.members, m)
 	return m, nil
+}
+
+// killAll kills every running member, every process of it: its process
+// group and every descendant in another one (Postgres's backends each lead
+// a group of their own), first stopping the group (SIGSTOP) so that it
+// forks nothing while its tree is read. The SIGKILLs go to every member
+// first, so that none outlives another by more than their delivery; then
+// killAll waits until every process is gone (a Postgres backend still
+// exiting holds the shared memory a new postmaster refuses to start
+// beside, and files open on the data directory), 10 s at most. The members
+// stay down until restarted.
+func killAll(ms []*Member) {
+	var procs []*proc
+	var pids []int
+	for _, m := range ms {
+		m.mu.Lock()
+		if !m.killed && m.p != nil {
+			m.killed = true
+			g := faults.Group(m.p.Pid())
+			_ = g.Stop()
+			tree := descendants(m.p.Pid())
+			_ = g.Kill()
+			for _, pid := range tree {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			procs, pids = append(procs, m.p), append(pids, tree...)
+		}
+		m.mu.Unlock()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range procs {
+		<-p.done
+		for syscall.Kill(-p.Pid(), 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// descendants are the processes descended from pid, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
 }

@@ -1,13 +1,19 @@
 package servers
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +29,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/locksuite/locksuite/harness/lazyfs"
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // crashable is a server or cluster started for TestCrash.
@@ -516,5 +523,74 @@ func dumpLogs(t *testing.T, s Server) {
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
 		t.Logf("%s:\n%s", l, b[max(0, len(b)-6000):])
+	}
+}
+
+// killedCoordinatorEnv makes the test binary a coordinator that starts
+// Redis on lazyfs, prints the server's directory and pid, and waits to be
+// killed (TestKilledCoordinatorLeavesNothing).
+const killedCoordinatorEnv = "LOCKSUITE_TEST_KILLED_COORDINATOR"
+
+func init() {
+	if os.Getenv(killedCoordinatorEnv) == "" {
+		return
+	}
+	s, err := StartRedis(context.Background(), WithLazyFS(), WithDurability(DurabilityAppendFsyncAlways))
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println(s.dir, s.Pid())
+	select {}
+}
+
+// TestKilledCoordinatorLeavesNothing: a coordinator killed (SIGKILL) with
+// a server on lazyfs leaves no server process, and the next run's
+// tempdir.RemoveStale detaches the dead mount and removes the directory.
+func TestKilledCoordinatorLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), killedCoordinatorEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	var dir string
+	var pid int
+	if err == nil {
+		_, err = fmt.Sscan(line, &dir, &pid)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if err != nil || dir == "" {
+		if strings.Contains(line, lazyfs.ErrUnavailable.Error()) {
+			t.Skip(line)
+		}
+		t.Fatalf("the coordinator said %q (%v)", line, err)
+	}
+	mnt := filepath.Join(dir, "data")
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		t.Errorf("redis-server %d outlived its coordinator", pid)
+	}
+	if !slices.Contains(tempdir.Mounts(mnt), mnt) {
+		t.Fatalf("%s is not mounted after the coordinator was killed: nothing stale to remove", mnt)
+	}
+	tempdir.RemoveStale()
+	if slices.Contains(tempdir.Mounts(mnt), mnt) {
+		t.Errorf("%s is still mounted after RemoveStale", mnt)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s after RemoveStale: %v, want it gone", dir, err)
 	}
 }

@@ -3,13 +3,14 @@ package servers
 import (
 	"context"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // TestStartStop starts each server, checks it is healthy (Start waits for
@@ -195,14 +196,8 @@ func stopGone(t *testing.T, s interface{ Stop() error }, dir string, pids ...int
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("directory %s still exists after Stop (%v)", dir, err)
 	}
-	b, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
-			t.Errorf("%s is still mounted after Stop", f[1])
-		}
+	if mps := tempdir.Mounts(dir); len(mps) > 0 {
+		t.Errorf("%q still mounted after Stop", mps)
 	}
 }
 

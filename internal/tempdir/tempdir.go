@@ -84,16 +84,17 @@ func RemoveStale() []string {
 
 // detachMounts lazily unmounts every mount at or below dir, deepest first.
 func detachMounts(dir string) {
-	mps := mountsUnder(dir)
+	mps := Mounts(dir)
 	sort.Sort(sort.Reverse(sort.StringSlice(mps)))
 	for _, mp := range mps {
 		_ = unix.Unmount(mp, unix.MNT_DETACH)
 	}
 }
 
-// mountsUnder lists the mount points at or below dir, from
-// /proc/self/mountinfo.
-func mountsUnder(dir string) []string {
+// Mounts lists the mount points at or below dir (this process's mount
+// namespace: /proc/self/mountinfo), for a test that checks nothing was
+// left mounted.
+func Mounts(dir string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
