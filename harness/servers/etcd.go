@@ -88,7 +88,11 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 			return nil, fail(fmt.Errorf("enable auth: %w", err))
 		}
 	}
-	return s, s.Sync()
+	if err := s.Sync(); err != nil { // the root user made
+		s.Stop()
+		return nil, fail(err)
+	}
+	return s, nil
 }
 
 // embed runs the server in this process.
