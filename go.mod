@@ -5,6 +5,7 @@ go 1.26.7
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/go-logr/logr v1.4.4
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/redis/go-redis/v9 v9.23.0

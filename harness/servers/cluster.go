@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -90,15 +92,15 @@ func (m *Member) Cont() error { return m.signal(faults.Group.Cont) }
 
 // Kill kills the process (SIGKILL) and waits until it is gone.
 func (m *Member) Kill() error {
+	killAll([]*Member{m})
+	return nil
+}
+
+// log is the path of the member's log file.
+func (m *Member) log() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.killed || m.p == nil {
-		return nil
-	}
-	m.killed = true
-	_ = faults.Group(m.p.Pid()).Kill()
-	<-m.p.done
-	return nil
+	return m.p.log
 }
 
 // Running reports whether the member is neither killed nor exited.
@@ -165,18 +167,26 @@ func running(ms []*Member) ([]*Member, error) {
 	return out, nil
 }
 
-// serveMember makes this process a cluster member when it was started as
-// one (etcdcluster.go's init says why members re-run this binary): when
-// the variable env is set, it decodes the member's spec from it (JSON),
-// runs serve and exits with its status (2 for a bad spec). Otherwise it
-// returns at once.
+// serveMember makes this process a server's process when it was started
+// as one (etcdcluster.go's init says why members re-run this binary): when
+// the variable env is set, it decodes the member's spec (JSON) from it, or
+// from the file it names after an "@", runs serve and exits with its
+// status (2 for a bad spec). Otherwise it returns at once.
 func serveMember[S any](env, what string, serve func(S) int) {
 	v := os.Getenv(env)
 	if v == "" {
 		return
 	}
+	b := []byte(v)
+	if path, ok := strings.CutPrefix(v, "@"); ok {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+			os.Exit(2)
+		}
+	}
 	var s S
-	if err := json.Unmarshal([]byte(v), &s); err != nil {
+	if err := json.Unmarshal(b, &s); err != nil {
 		fmt.Fprintf(os.Stderr, "%s member: bad %s: %v\n", what, env, err)
 		os.Exit(2)
 	}
@@ -184,15 +194,23 @@ func serveMember[S any](env, what string, serve func(S) int) {
 }
 
 // startSelfMember starts, with start (spawn.Start, or Node.Start), this
-// binary again as the member name of spec (in the variable env; see
-// serveMember), its directory and its log in dir (as startMemberProc).
+// binary again as the member name of spec (see serveMember), its directory
+// and its log in dir (as startMemberProc). The spec is a file in dir
+// (mode 0600: it may hold a password), named by the variable env.
 func startSelfMember(start func(*exec.Cmd) error, name, dir, env string, spec any) (*proc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	b, _ := json.Marshal(spec)
-	return startMemberProcWith(start, name, dir, []string{env + "=" + string(b)}, exe)
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, name+".spec.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, err
+	}
+	return launch(start, name, dir, nil, []string{env + "=@" + path}, exe)
 }
 
 // stopSignal receives the SIGTERM (or SIGINT) that ends a member process.
@@ -202,40 +220,18 @@ func stopSignal() <-chan os.Signal {
 	return sig
 }
 
-// startMemberProc is startProc with extra environment: argv[0] is run with env
-// added to this process's environment, output in dir/name.log (appended to,
-// so that a restarted member's log keeps the earlier run's).
+// startMemberProc runs argv[0] with env added to this process's
+// environment (as launch does).
 func startMemberProc(name, dir string, env []string, argv ...string) (*proc, error) {
-	return startMemberProcWith(spawn.Start, name, dir, env, argv...)
-}
-
-// startMemberProcWith is startMemberProc with start in place of
-// spawn.Start (Node.Start, for a process on a node).
-func startMemberProcWith(start func(*exec.Cmd) error, name, dir string, env []string, argv ...string) (*proc, error) {
-	logPath := filepath.Join(dir, name+".log")
-	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer lf.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr, cmd.Dir = lf, lf, dir
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// From the spawning thread: Pdeathsig fires when that thread exits.
-	if err := start(cmd); err != nil {
-		return nil, err
-	}
-	p := &proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	return p, nil
+	return launch(spawn.Start, name, dir, nil, env, argv...)
 }
 
 // group is what the clusters share: their member processes, each in its
-// own directory under dir, which Stop removes.
+// own directory under dir, which Stop removes, and Crash.
 type group struct {
 	dir     string
 	members []*Member
+	crasher // procs: members, once started
 	once    sync.Once
 	// healthy is the cluster's Healthy, which Restart waits for; grace is
 	// how long Stop lets a member end on SIGTERM before it kills it. A
@@ -278,7 +274,7 @@ func (g *group) Stop() error {
 }
 
 // stop, once: runs first (if not nil), ends every member (sig, then
-// SIGKILL after grace), and removes dir.
+// SIGKILL after grace), unmounts their data directories, and removes dir.
 func (g *group) stop(sig syscall.Signal, grace time.Duration, first func()) {
 	g.once.Do(func() {
 		if first != nil {
@@ -287,8 +283,42 @@ func (g *group) stop(sig syscall.Signal, grace time.Duration, first func()) {
 		for _, m := range g.members {
 			m.end(sig, grace)
 		}
+		for _, d := range g.disks {
+			d.unmount()
+		}
 		os.RemoveAll(g.dir)
 	})
+}
+
+// dataDir makes the data directory name of member label in its
+// directory mdir (see newDataDir); the caller writes its setup and mounts
+// it before the member starts.
+func (g *group) dataDir(mdir, label, name string, o options) (*dataDir, error) {
+	d, err := newDataDir(mdir, name, o.lazy, nil)
+	if err != nil {
+		return nil, err
+	}
+	d.label = label
+	g.disks = append(g.disks, d)
+	return d, nil
+}
+
+// started makes the cluster crashable, Crash waiting (a minute at most)
+// for healthy, and syncs the members' data directories: what the cluster
+// wrote while it formed is not what a power loss is meant to hit.
+func (g *group) started(healthy func(context.Context) error) error {
+	g.procs, g.ready, g.timeout = g.members, healthy, time.Minute
+	return g.Sync()
+}
+
+// clusterOptions are the options a cluster takes: not WithAuth nor
+// WithTLS (the clusters have neither).
+func clusterOptions(backend string, opts []Option, has ...Durability) (options, error) {
+	o := apply(opts)
+	if o.auth || o.tls {
+		return o, &Unavailable{backend, errors.New("WithAuth and WithTLS are for single servers"), "start the cluster without them"}
+	}
+	return o, o.checkDurability(backend, has...)
 }
 
 // restartKilled runs every killed member again.
@@ -361,4 +391,75 @@ func (g *group) addOn(name, dir, host string, port int, start func() (*proc, err
 	}
 	g.members = append(g.members, m)
 	return m, nil
+}
+
+// killAll kills every running member, every process of it: its process
+// group and every descendant in another one (Postgres's backends each lead
+// a group of their own), first stopping the group (SIGSTOP) so that it
+// forks nothing while its tree is read. The SIGKILLs go to every member
+// first, so that none outlives another by more than their delivery; then
+// killAll waits until every process is gone (a Postgres backend still
+// exiting holds the shared memory a new postmaster refuses to start
+// beside, and files open on the data directory), 10 s at most. The members
+// stay down until restarted.
+func killAll(ms []*Member) {
+	var procs []*proc
+	var pids []int
+	for _, m := range ms {
+		m.mu.Lock()
+		if !m.killed && m.p != nil {
+			m.killed = true
+			g := faults.Group(m.p.Pid())
+			_ = g.Stop()
+			tree := descendants(m.p.Pid())
+			_ = g.Kill()
+			for _, pid := range tree {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			procs, pids = append(procs, m.p), append(pids, tree...)
+		}
+		m.mu.Unlock()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range procs {
+		<-p.done
+		for syscall.Kill(-p.Pid(), 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// descendants are the processes descended from pid, from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
 }

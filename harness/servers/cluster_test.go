@@ -86,7 +86,7 @@ func TestClusters(t *testing.T) {
 func three[C interface {
 	Cluster
 	directory() string
-}](start func(context.Context, int) (C, error)) func(context.Context) (Cluster, string, []int, error) {
+}](start func(context.Context, int, ...Option) (C, error)) func(context.Context) (Cluster, string, []int, error) {
 	return func(ctx context.Context) (Cluster, string, []int, error) {
 		c, err := start(ctx, 3)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // ConsulVersion is the Consul server the harness runs: the newest
@@ -58,22 +60,16 @@ func buildCachePath(file string) string {
 	return filepath.Join(d, "locksuite", file)
 }
 
-// Consul is a single-server Consul agent in dev mode, started by StartConsul.
+// Consul is a single-server Consul agent, started by StartConsul.
 type Consul struct {
-	single
-	addr    string
-	secrets Secrets
-	tls     bool
+	base
+	tls bool
 }
 
 func (s *Consul) Name() string { return "consul" }
 
 // Endpoint is the HTTP (or, WithTLS, HTTPS) API's host:port.
 func (s *Consul) Endpoint() string { return s.addr }
-
-// Secrets are the initial management token (WithAuth) and the test CA
-// (WithTLS).
-func (s *Consul) Secrets() Secrets { return s.secrets }
 
 // URL is http://host:port, or https:// WithTLS.
 func (s *Consul) URL() string { return httpURL(s.addr, s.tls) }
@@ -83,12 +79,20 @@ func (s *Consul) URL() string { return httpURL(s.addr, s.tls) }
 // TTLs are allowed (Consul then invalidates them about 2 × TTL after the last
 // renewal), and waits until it has a leader.
 //
+// WithCrash (or WithLazyFS) runs it as a server with its state in a data
+// directory instead (server, bootstrap_expect = 1, raft_multiplier = 1 as
+// StartConsulCluster's servers), which Crash restarts on; a -dev agent
+// cannot be crashed (its state is in memory).
+//
 // WithAuth enables ACLs with default policy deny and a random initial
 // management token (Secrets.Token), also the agent's own token; WithTLS
 // serves the API on HTTPS only (no HTTP port), with a certificate of the
 // test CA, client certificates not required.
 func StartConsul(ctx context.Context, opts ...Option) (*Consul, error) {
 	o := apply(opts)
+	if err := o.checkDurability("consul"); err != nil {
+		return nil, err
+	}
 	bin, err := ConsulBinary()
 	if err != nil {
 		return nil, &Unavailable{"consul", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " with go build, about 7 minutes once), set LOCKSUITE_CONSUL to a consul binary, or name an agent with CONSUL_HTTP_ADDR"}
@@ -97,7 +101,7 @@ func StartConsul(ctx context.Context, opts ...Option) (*Consul, error) {
 	if err != nil {
 		return nil, &Unavailable{"consul", err, "free loopback ports and a writable temporary directory"}
 	}
-	s := &Consul{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), tls: o.tls}
+	s := &Consul{base: base{dir: dir, sig: syscall.SIGINT, grace: 5 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}, tls: o.tls}
 	api := fmt.Sprintf("http = %d", ports[0])
 	extra := ""
 	if o.tls {
@@ -149,23 +153,35 @@ session_ttl_min = "100ms"
 disable_update_check = true
 log_level = "warn"
 `, api, ports[1], ports[2], ports[3]) + extra
+	argv := []string{bin, "agent", "-dev", "-node", "locksuite", "-config-file", filepath.Join(dir, "locksuite.hcl")}
+	if o.crash {
+		if s.data, err = newDataDir(dir, "data", o.lazy, nil); err != nil {
+			os.RemoveAll(dir)
+			return nil, &Unavailable{"consul", err, "a writable temporary directory"}
+		}
+		hcl += fmt.Sprintf(`
+node_name = "locksuite"
+server = true
+bootstrap_expect = 1
+data_dir = %q
+performance {
+  raft_multiplier = 1
+}
+`, s.data.path)
+		argv = []string{bin, "agent", "-config-file", filepath.Join(dir, "locksuite.hcl")}
+	}
 	if err := os.WriteFile(filepath.Join(dir, "locksuite.hcl"), []byte(hcl), 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	p, err := startProc("consul", dir, nil, bin, "agent", "-dev", "-node", "locksuite", "-config-file", filepath.Join(dir, "locksuite.hcl"))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, &Unavailable{"consul", err, "check that " + bin + " runs"}
-	}
-	s.single = single{p: p, sig: syscall.SIGINT, grace: 5 * time.Second}
 	ac := &consulapi.Config{Address: s.URL(), Token: s.secrets.Token, TLSConfig: consulapi.TLSConfig{CAFile: s.secrets.CAFile}}
 	c, err := consulapi.NewClient(ac)
 	if err != nil {
 		s.Stop()
 		return nil, err
 	}
-	err = waitReady(ctx, p, 30*time.Second, func(ctx context.Context) error {
+	start := func() (*proc, error) { return launch(spawn.Start, "consul", dir, nil, nil, argv...) }
+	err = s.run(ctx, "consul", 30*time.Second, start, func(ctx context.Context) error {
 		leader, err := c.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx))
 		if err == nil && strings.TrimSpace(leader) == "" {
 			err = errors.New("no leader yet")
@@ -179,7 +195,10 @@ log_level = "warn"
 	})
 	if err != nil {
 		s.Stop()
-		return nil, &Unavailable{"consul", err, "see the log above"}
+		return nil, &Unavailable{"consul", err, fixFUSE(err, "see the log above")}
+	}
+	if !o.crash {
+		s.cannot = "consul runs in -dev mode, which keeps its state in memory: start it WithCrash (a server with a data directory)"
 	}
 	return s, nil
 }

@@ -33,14 +33,18 @@ func (s *ConsulCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") 
 // free loopback ports with session_ttl_min = "100ms", as StartConsul does,
 // and raft_multiplier = 1 (Consul's production recommendation: a leader is
 // replaced about 1-2 s after it fails, not 5-10 s), and waits until they
-// have elected a leader and every server answers.
-func StartConsulCluster(ctx context.Context, n int) (*ConsulCluster, error) {
-	return StartConsulClusterOn(ctx, nil, n)
+// have elected a leader and every server answers. It takes WithLazyFS.
+func StartConsulCluster(ctx context.Context, n int, opts ...Option) (*ConsulCluster, error) {
+	return StartConsulClusterOn(ctx, nil, n, opts...)
 }
 
 // StartConsulClusterOn is StartConsulCluster with server i (consul-(i+1))
 // placed by h (nil: loopback).
-func StartConsulClusterOn(ctx context.Context, h *Hosts, n int) (*ConsulCluster, error) {
+func StartConsulClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*ConsulCluster, error) {
+	o, err := clusterOptions("consul-cluster", opts)
+	if err != nil {
+		return nil, err
+	}
 	if err := h.check("consul-cluster", n); err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "place every server"}
 	}
@@ -60,9 +64,16 @@ func StartConsulClusterOn(ctx context.Context, h *Hosts, n int) (*ConsulCluster,
 	}
 	for i := range n {
 		name, mdir, err := s.memberDir("consul", i)
+		var data *dataDir
+		if err == nil {
+			data, err = s.dataDir(mdir, name, "data", o)
+		}
+		if err == nil {
+			err = data.mount()
+		}
 		if err != nil {
 			s.Stop()
-			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
+			return nil, &Unavailable{"consul-cluster", err, fixFUSE(err, "a writable temporary directory")}
 		}
 		hcl := fmt.Sprintf(`
 node_name = %[1]q
@@ -88,7 +99,7 @@ performance {
 }
 disable_update_check = true
 log_level = "warn"
-`, name, n, filepath.Join(mdir, "data"), ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "), h.host(i))
+`, name, n, data.path, ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "), h.host(i))
 		cf := filepath.Join(mdir, "locksuite.hcl")
 		if err := os.WriteFile(cf, []byte(hcl), 0o600); err != nil {
 			s.Stop()
@@ -96,7 +107,7 @@ log_level = "warn"
 		}
 		start := h.starter(i)
 		m, err := s.addOn(name, mdir, h.host(i), ports[4*i], func() (*proc, error) {
-			return startMemberProcWith(start, name, mdir, nil, bin, "agent", "-config-file", cf)
+			return launch(start, name, mdir, nil, nil, bin, "agent", "-config-file", cf)
 		})
 		if err != nil {
 			s.Stop()
@@ -114,6 +125,10 @@ log_level = "warn"
 	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, &Unavailable{"consul-cluster", err, "see the servers' logs above"}
+	}
+	if err := s.started(s.Healthy); err != nil {
+		s.Stop()
+		return nil, &Unavailable{"consul-cluster", err, "see the error"}
 	}
 	return s, nil
 }

@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -25,7 +27,8 @@ import (
 // etcdMemberEnv makes a process an etcd cluster member: see init.
 const etcdMemberEnv = "LOCKSUITE_ETCD_MEMBER"
 
-// etcdMemberSpec is what a member process is told.
+// etcdMemberSpec is what a member process (or a single server run as a
+// process: StartEtcd WithCrash) is told.
 type etcdMemberSpec struct {
 	Name           string `json:"name"`
 	Dir            string `json:"dir"`
@@ -33,6 +36,15 @@ type etcdMemberSpec struct {
 	Peer           string `json:"peer"`   // URL
 	InitialCluster string `json:"initial_cluster"`
 	Token          string `json:"token"`
+	// Fsync: fsync on commit, as packaged (not --unsafe-no-fsync).
+	Fsync bool `json:"fsync"`
+	// The client TLS files, when clients must use TLS (with a client
+	// certificate of the CA).
+	CertFile string `json:"cert_file,omitempty"`
+	KeyFile  string `json:"key_file,omitempty"`
+	CAFile   string `json:"ca_file,omitempty"`
+	// LogLevel is zap's level ("warn" when empty).
+	LogLevel string `json:"log_level,omitempty"`
 }
 
 // A member of an etcd cluster is this same binary run again with
@@ -57,11 +69,14 @@ func serveEtcdMember(s etcdMemberSpec) int {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster, cfg.InitialClusterToken = s.InitialCluster, s.Token
+	if s.CertFile != "" {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.CertFile, KeyFile: s.KeyFile, TrustedCAFile: s.CAFile, ClientCertAuth: true}
+	}
 	// The single server's timing (StartEtcd): a 1 s lease floor.
 	cfg.TickMs, cfg.ElectionMs = 100, 500
-	cfg.LogLevel = "warn"
+	cfg.LogLevel = cmp.Or(s.LogLevel, "warn")
 	cfg.LogOutputs = []string{"stderr"}
-	cfg.UnsafeNoFsync = true
+	cfg.UnsafeNoFsync = !s.Fsync
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etcd member %s: %v\n", s.Name, err)
@@ -94,16 +109,21 @@ func (s *EtcdCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") }
 // on free loopback ports, each its own process running the embedded server
 // of this binary (see init), with the single server's timing (100 ms
 // heartbeat, 500 ms election timeout: leases of 1 s and more), and waits
-// until they have elected a leader.
-func StartEtcdCluster(ctx context.Context, n int) (*EtcdCluster, error) {
-	return StartEtcdClusterOn(ctx, nil, n)
+// until they have elected a leader. It takes WithDurability (fsync, as
+// StartEtcd) and WithLazyFS.
+func StartEtcdCluster(ctx context.Context, n int, opts ...Option) (*EtcdCluster, error) {
+	return StartEtcdClusterOn(ctx, nil, n, opts...)
 }
 
 // StartEtcdClusterOn is StartEtcdCluster with member i (etcd-(i+1))
 // placed by h (nil: loopback).
-func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int) (*EtcdCluster, error) {
+func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*EtcdCluster, error) {
 	fail := func(err error) error {
-		return &Unavailable{"etcd-cluster", err, "free loopback ports and a writable temporary directory"}
+		return &Unavailable{"etcd-cluster", err, fixFUSE(err, "free loopback ports and a writable temporary directory")}
+	}
+	o, err := clusterOptions("etcd-cluster", opts)
+	if err != nil {
+		return nil, err
 	}
 	if err := h.check("etcd-cluster", n); err != nil {
 		return nil, fail(err)
@@ -123,8 +143,16 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int) (*EtcdCluster, err
 			s.Stop()
 			return nil, fail(err)
 		}
+		data, err := s.dataDir(mdir, name, "data", o)
+		if err == nil {
+			err = data.mount()
+		}
+		if err != nil {
+			s.Stop()
+			return nil, fail(err)
+		}
 		spec := etcdMemberSpec{
-			Name: name, Dir: filepath.Join(mdir, "data"),
+			Name: name, Dir: data.path, Fsync: o.durability == DurabilityPackaged,
 			Client:         "http://" + net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i])),
 			Peer:           "http://" + net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1])),
 			InitialCluster: strings.Join(initial, ","),
@@ -150,6 +178,10 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int) (*EtcdCluster, err
 		return nil, fail(err)
 	}
 	if err := faults.WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
+		s.Stop()
+		return nil, fail(err)
+	}
+	if err := s.started(s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -19,11 +18,9 @@ import (
 
 // MariaDB is a throwaway MariaDB server started by StartMariaDB.
 type MariaDB struct {
-	p       *proc
-	dsn     string
-	socket  string
-	secrets Secrets
-	once    sync.Once
+	base
+	dsn    string
+	socket string
 }
 
 // Name is "mysql", the backend this server is for.
@@ -41,21 +38,14 @@ func (s *MariaDB) DSN() string {
 	return strings.Replace(s.dsn, s.secrets.User+"@", s.secrets.User+":"+s.secrets.Password+"@", 1)
 }
 
-// Secrets are the user's password (WithAuth) and the test CA (WithTLS).
-func (s *MariaDB) Secrets() Secrets { return s.secrets }
-
-// Log is the server's log file, in the directory Stop removes: copy it
-// before Stop to keep it.
-func (s *MariaDB) Log() string { return s.p.log }
-func (s *MariaDB) Pid() int    { return s.p.Pid() }
-
 var mariadbDirs = []string{"/usr/sbin", "/usr/libexec", "/usr/local/mysql/bin", "/usr/local/mysql/scripts"}
 
 // StartMariaDB makes a new data directory with mariadb-install-db in a
 // temporary directory and starts mariadbd on a free loopback port
 // (bind-address 127.0.0.1) and a Unix socket of its own in that directory,
 // with the binary log off and InnoDB's log flushed once a second (a
-// throwaway server needs no durability). As root it runs both as the
+// throwaway server needs no durability), or at each commit as packaged
+// WithDurability(DurabilityPackaged). As root it runs both as the
 // "mysql" user, which Debian's mariadb-server package creates: mariadbd
 // refuses to run as root, and switching user itself (--user) would clear
 // the parent-death signal that ends it with a killed coordinator.
@@ -70,7 +60,10 @@ var mariadbDirs = []string{"/usr/sbin", "/usr/libexec", "/usr/local/mysql/bin", 
 // the Unix socket.
 func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 	o := apply(opts)
-	fail := func(err error, fix string) error { return &Unavailable{"mysql", err, fix} }
+	fail := func(err error, fix string) error { return &Unavailable{"mysql", err, fixFUSE(err, fix)} }
+	if err := o.checkDurability("mysql"); err != nil {
+		return nil, err
+	}
 	const install = "install MariaDB's server (apt-get install mariadb-server), or name a server with MYSQL_URL"
 	mariadbd, err := lookPath("mariadbd", mariadbDirs...)
 	if err != nil {
@@ -88,19 +81,25 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 	if err != nil {
 		return nil, err
 	}
-	uid, gid := -1, -1
-	if cred != nil {
-		uid, gid = int(cred.Uid), int(cred.Gid)
+	uid, gid := ids(cred)
+	dd, err := newDataDir(dir, "data", o.lazy, cred)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fail(err, "a writable temporary directory")
 	}
-	data := filepath.Join(dir, "data")
 	// The server's settings, for the bootstrap and the server alike
 	// (--no-defaults: no /etc/mysql/my.cnf of the machine's own server).
 	// --tmpdir: the server's own directory, not $TMPDIR, which may be
 	// private to this process's user (a test binary's), not the mysql user's.
-	common := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + dir, "--skip-name-resolve", "--skip-log-bin",
-		"--innodb-flush-log-at-trx-commit=0", "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M"}
+	common := []string{"--no-defaults", "--tmpdir=" + dir, "--skip-name-resolve", "--skip-log-bin",
+		"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M"}
+	if o.durability == DurabilityHarness {
+		common = append(common, "--innodb-flush-log-at-trx-commit=0")
+	}
+	// The bootstrap writes to disk (the mount's backing directory), not
+	// through a lazyfs mount: a power loss is not meant to undo it.
 	out, err := runAs(ctx, cred, dir, installDB, append(common[:1:1], append([]string{
-		"--auth-root-authentication-method=normal", "--skip-test-db"}, common[1:]...)...)...)
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--datadir=" + dd.setup}, common[1:]...)...)...)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fail(fmt.Errorf("%s: %v: %s", filepath.Base(installDB), err, spawn.Tail(out, 600)), "check that "+installDB+" works")
@@ -111,7 +110,7 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 		return nil, err
 	}
 	sock := filepath.Join(dir, "mysqld.sock")
-	args := append(common, "--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--socket="+sock,
+	args := append(common, "--datadir="+dd.path, "--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--socket="+sock,
 		"--pid-file="+filepath.Join(dir, "mysqld.pid"), "--max-connections=500", "--skip-networking=0")
 	var secrets Secrets
 	params := ""
@@ -127,21 +126,19 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 		// The adapter and the driver need the CA: Secrets.ClientTLS.
 		params = "?tls=true"
 	}
-	p, err := startProc("mariadbd", dir, cred, append([]string{mariadbd}, args...)...)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fail(err, "check that "+mariadbd+" runs")
-	}
 	secrets.User = "locksuite"
 	if o.auth {
 		secrets.Password = randomSecret()
 	}
-	s := &MariaDB{p: p, socket: sock, secrets: secrets,
-		dsn: fmt.Sprintf("locksuite@tcp(127.0.0.1:%d)/locksuite%s", port, params)}
+	s := &MariaDB{base: base{dir: dir, data: dd, sig: syscall.SIGTERM, grace: 10 * time.Second, secrets: secrets,
+		addr: fmt.Sprintf("127.0.0.1:%d", port)},
+		socket: sock, dsn: fmt.Sprintf("locksuite@tcp(127.0.0.1:%d)/locksuite%s", port, params)}
 	if !o.auth {
 		s.secrets.User = ""
 	}
-	err = waitReady(ctx, p, 30*time.Second, func(ctx context.Context) error {
+	argv := append([]string{mariadbd}, args...)
+	start := func() (*proc, error) { return launch(spawn.Start, "mariadbd", dir, cred, nil, argv...) }
+	err = s.run(ctx, "mariadbd", 30*time.Second, start, func(ctx context.Context) error {
 		db, err := s.rootDB()
 		if err != nil {
 			return err
@@ -151,6 +148,9 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 	})
 	if err == nil {
 		err = s.setup(ctx, secrets.Password)
+	}
+	if err == nil {
+		err = s.Sync() // the database and user setup made
 	}
 	if err != nil {
 		s.Stop()
@@ -195,14 +195,4 @@ func (s *MariaDB) setup(ctx context.Context, password string) error {
 func quoteSQL(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `'`, `''`)
 	return "'" + r.Replace(s) + "'"
-}
-
-// Stop shuts the server down (SIGTERM: a normal shutdown, which frees
-// every session's locks) and deletes its directory.
-func (s *MariaDB) Stop() error {
-	s.once.Do(func() {
-		s.p.stop(syscall.SIGTERM, 10*time.Second)
-		os.RemoveAll(s.p.dir)
-	})
-	return nil
 }

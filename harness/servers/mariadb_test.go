@@ -23,7 +23,7 @@ func TestMariaDB(t *testing.T) {
 			s := timedStart(t, func(ctx context.Context) (*MariaDB, error) { return StartMariaDB(ctx, tc.opts...) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			dir, pid := s.p.dir, s.Pid()
+			dir, pid := s.dir, s.Pid()
 			defer s.Stop()
 			open := func(dsn string) (*sql.DB, error) {
 				cfg, err := mysql.ParseDSN(dsn)

@@ -3,16 +3,21 @@ package servers
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
-// NATS is a NATS server with JetStream embedded in this process by
-// StartNATS. Its Secrets' user (WithAuth) is locksuite.
-type NATS struct{ embedded }
+// NATS is a NATS server with JetStream started by StartNATS: embedded in
+// this process, or WithCrash a child process. Its Secrets' user (WithAuth)
+// is locksuite.
+type NATS struct{ base }
 
 func (s *NATS) Name() string { return "nats-kv" }
 
@@ -34,7 +39,13 @@ func (s *NATS) URL() string {
 
 // StartNATS embeds a NATS server (github.com/nats-io/nats-server/v2) with
 // JetStream on a free loopback port, its JetStream store in a temporary
-// directory. Nothing to install: the server is linked into this binary.
+// directory, synced at the server's default interval (2 minutes), or at
+// every write WithDurability(DurabilitySyncAlways) (sync_interval:
+// always). Nothing to install: the server is linked into this binary.
+//
+// WithCrash (or WithLazyFS) runs the same server as a child process (this
+// binary run again, as StartNATSCluster's members are), which Crash
+// restarts on its store; an embedded one cannot be crashed.
 //
 // WithAuth makes the server take one user ("locksuite") with a random
 // password and nobody else; WithTLS serves TLS only, with a certificate of
@@ -42,23 +53,21 @@ func (s *NATS) URL() string {
 func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 	o := apply(opts)
 	fail := func(err error) error {
-		return &Unavailable{"nats-kv", err, "a free loopback port and a writable temporary directory, or name a server with NATS_URL"}
+		return &Unavailable{"nats-kv", err, fixFUSE(err, "a free loopback port and a writable temporary directory, or name a server with NATS_URL")}
 	}
-	ports, dir, err := portsAndDir(1, "nats")
+	if err := o.checkDurability("nats-kv", DurabilitySyncAlways); err != nil {
+		return nil, err
+	}
+	ports, dir, err := portsAndDir(2, "nats")
 	if err != nil {
 		return nil, fail(err)
 	}
-	port := ports[0]
-	s := &NATS{embedded{dir: dir, log: "nats.log", addr: fmt.Sprintf("127.0.0.1:%d", port)}}
-	sopts := &natsserver.Options{
-		ServerName: "locksuite", Host: "127.0.0.1", Port: port,
-		JetStream: true, StoreDir: filepath.Join(dir, "jetstream"),
-		NoSigs: true, DisableJetStreamBanner: true,
-		LogFile: s.Log(), Logtime: true,
-	}
+	s := &NATS{base{dir: dir, logName: "nats.log", addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), sig: syscall.SIGTERM, grace: 5 * time.Second}}
+	spec := natsMemberSpec{Name: "locksuite", Port: ports[0], Dir: filepath.Join(dir, "jetstream"),
+		SyncAlways: o.durability == DurabilitySyncAlways}
 	if o.auth {
 		s.secrets.User, s.secrets.Password = "locksuite", randomSecret()
-		sopts.Username, sopts.Password = s.secrets.User, s.secrets.Password
+		spec.User, spec.Password = s.secrets.User, s.secrets.Password
 	}
 	if o.tls {
 		certs, err := newPKI(dir, -1, -1)
@@ -67,17 +76,31 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 			return nil, fail(err)
 		}
 		certs.secrets(&s.secrets)
-		tc, err := natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{CertFile: certs.serverCert, KeyFile: certs.serverKey})
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fail(err)
-		}
-		sopts.TLSConfig, sopts.TLS, sopts.TLSTimeout = tc, true, 2
+		spec.CertFile, spec.KeyFile = certs.serverCert, certs.serverKey
 	}
+	if o.crash {
+		err = s.runProcess(ctx, o, spec, ports[1])
+	} else {
+		err = s.embed(ctx, spec)
+	}
+	if err != nil {
+		s.Stop()
+		return nil, fail(err)
+	}
+	return s, nil
+}
+
+// embed runs the server in this process.
+func (s *NATS) embed(ctx context.Context, spec natsMemberSpec) error {
+	s.cannot = "nats-server runs inside this process: start it WithCrash (a child process)"
+	sopts, err := spec.options()
+	if err != nil {
+		return err
+	}
+	sopts.LogFile = s.Log()
 	ns, err := natsserver.NewServer(sopts)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fail(err)
+		return err
 	}
 	ns.ConfigureLogger()
 	s.shutdown = func() {
@@ -90,12 +113,39 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 		deadline = time.Until(d)
 	}
 	if !ns.ReadyForConnections(deadline) {
-		s.Stop()
-		return nil, fail(fmt.Errorf("not ready after %v", deadline))
+		return fmt.Errorf("not ready after %v", deadline)
 	}
 	if !ns.JetStreamEnabled() {
-		s.Stop()
-		return nil, fail(fmt.Errorf("JetStream did not start; see %s", s.Log()))
+		return fmt.Errorf("JetStream did not start; see %s", s.Log())
 	}
-	return s, nil
+	return nil
+}
+
+// runProcess runs the server as a child process, its store in the data
+// directory, and its monitoring port (for the readiness check: /healthz,
+// JetStream on and current) on httpPort.
+func (s *NATS) runProcess(ctx context.Context, o options, spec natsMemberSpec, httpPort int) error {
+	var err error
+	if s.data, err = newDataDir(s.dir, "jetstream", o.lazy, nil); err != nil {
+		return err
+	}
+	spec.Dir, spec.HTTPPort = s.data.path, httpPort
+	hc := &http.Client{Timeout: 2 * time.Second}
+	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort)
+	start := func() (*proc, error) { return startSelfMember(spawn.Start, "nats", s.dir, natsMemberEnv, spec) }
+	return s.run(ctx, "nats", 20*time.Second, start, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/healthz: %s", resp.Status)
+		}
+		return nil
+	})
 }

@@ -12,14 +12,24 @@ import (
 // TestNATS starts the embedded server (timed), writes a JetStream KV key
 // through it, stops it, and checks that its store is gone. WithAuth and
 // WithTLS: the user's password over TLS gets in, a wrong password and a
-// plain connection do not.
+// plain connection do not; also with the server a child process
+// (WithCrash), crashed and restarted once before.
 func TestNATS(t *testing.T) {
-	for _, tc := range secureVariants {
+	crashed := struct {
+		name string
+		opts []Option
+	}{"auth+tls, crashed", []Option{WithAuth(), WithTLS(), WithCrash()}}
+	for _, tc := range append(secureVariants, crashed) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := timedStart(t, func(ctx context.Context) (*NATS, error) { return StartNATS(ctx, tc.opts...) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			defer s.Stop()
+			if tc.name == crashed.name {
+				if _, err := s.Crash(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var nopts []nats.Option
 			if tc.opts != nil {
 				tlsc, err := s.Secrets().ClientTLS()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,14 +17,48 @@ import (
 // natsMemberEnv makes a process a NATS cluster member: see init.
 const natsMemberEnv = "LOCKSUITE_NATS_MEMBER"
 
-// natsMemberSpec is what a member process is told.
+// natsMemberSpec is what a member process (or a single server: StartNATS)
+// is told.
 type natsMemberSpec struct {
 	Name        string `json:"name"`
-	Dir         string `json:"dir"`
+	Dir         string `json:"dir"` // the JetStream store
 	Port        int    `json:"port"`
-	ClusterPort int    `json:"cluster_port"`
-	HTTPPort    int    `json:"http_port"`
-	Routes      string `json:"routes"` // comma-separated nats-route:// URLs
+	ClusterPort int    `json:"cluster_port,omitempty"` // 0: not clustered
+	HTTPPort    int    `json:"http_port,omitempty"`    // the monitoring port; 0: none
+	Routes      string `json:"routes,omitempty"`       // comma-separated nats-route:// URLs
+	// User and Password, if set, are the one user the server takes.
+	User     string `json:"user,omitempty"`
+	Password string `json:"password,omitempty"`
+	// CertFile and KeyFile, if set, make the server take TLS only.
+	CertFile string `json:"cert_file,omitempty"`
+	KeyFile  string `json:"key_file,omitempty"`
+	// SyncAlways: sync_interval: always.
+	SyncAlways bool `json:"sync_always,omitempty"`
+}
+
+// options is the server's configuration.
+func (s natsMemberSpec) options() (*natsserver.Options, error) {
+	o := &natsserver.Options{
+		ServerName: s.Name, Host: "127.0.0.1", Port: s.Port,
+		JetStream: true, StoreDir: s.Dir, SyncAlways: s.SyncAlways,
+		Username: s.User, Password: s.Password,
+		NoSigs: true, DisableJetStreamBanner: true, Logtime: true,
+	}
+	if s.HTTPPort != 0 {
+		o.HTTPHost, o.HTTPPort = "127.0.0.1", s.HTTPPort
+	}
+	if s.ClusterPort != 0 {
+		o.Cluster = natsserver.ClusterOpts{Name: "locksuite", Host: "127.0.0.1", Port: s.ClusterPort}
+		o.Routes = natsserver.RoutesFromStr(s.Routes)
+	}
+	if s.CertFile != "" {
+		tc, err := natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{CertFile: s.CertFile, KeyFile: s.KeyFile})
+		if err != nil {
+			return nil, err
+		}
+		o.TLSConfig, o.TLS, o.TLSTimeout = tc, true, 2
+	}
+	return o, nil
 }
 
 // A member of a NATS cluster is this same binary run again with
@@ -35,24 +68,20 @@ type natsMemberSpec struct {
 func init() { serveMember(natsMemberEnv, "nats", serveNATSMember) }
 
 func serveNATSMember(s natsMemberSpec) int {
-	ns, err := natsserver.NewServer(&natsserver.Options{
-		ServerName: s.Name, Host: "127.0.0.1", Port: s.Port,
-		HTTPHost: "127.0.0.1", HTTPPort: s.HTTPPort,
-		JetStream: true, StoreDir: s.Dir,
-		Cluster: natsserver.ClusterOpts{Name: "locksuite", Host: "127.0.0.1", Port: s.ClusterPort},
-		Routes:  natsserver.RoutesFromStr(s.Routes),
-		NoSigs:  true, DisableJetStreamBanner: true, Logtime: true,
-	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nats member %s: %v\n", s.Name, err)
-		return 1
+	o, err := s.options()
+	if err == nil {
+		var ns *natsserver.Server
+		if ns, err = natsserver.NewServer(o); err == nil {
+			ns.ConfigureLogger()
+			ns.Start()
+			<-stopSignal()
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			return 0
+		}
 	}
-	ns.ConfigureLogger()
-	ns.Start()
-	<-stopSignal()
-	ns.Shutdown()
-	ns.WaitForShutdown()
-	return 0
+	fmt.Fprintf(os.Stderr, "nats member %s: %v\n", s.Name, err)
+	return 1
 }
 
 // NATSCluster is a JetStream cluster of NATS servers, each its own process,
@@ -81,10 +110,15 @@ func (s *NATSCluster) Endpoint() string {
 // (see init) with its store in the cluster's temporary directory, and waits
 // until they have elected a JetStream meta leader and every server reports
 // itself healthy. The servers' Raft timing is nats-server's own (an
-// election 4 s to 9 s after a leader is lost; it cannot be set).
-func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
+// election 4 s to 9 s after a leader is lost; it cannot be set). It takes
+// WithDurability (sync_interval, as StartNATS) and WithLazyFS.
+func StartNATSCluster(ctx context.Context, n int, opts ...Option) (*NATSCluster, error) {
 	fail := func(err error) error {
-		return &Unavailable{"nats-cluster", err, "free loopback ports and a writable temporary directory"}
+		return &Unavailable{"nats-cluster", err, fixFUSE(err, "free loopback ports and a writable temporary directory")}
+	}
+	o, err := clusterOptions("nats-cluster", opts, DurabilitySyncAlways)
+	if err != nil {
+		return nil, err
 	}
 	ports, dir, err := portsAndDir(3*n, "nats-cluster")
 	if err != nil {
@@ -98,11 +132,18 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 	}
 	for i := range n {
 		name, mdir, err := s.memberDir("nats", i)
+		var data *dataDir
+		if err == nil {
+			data, err = s.dataDir(mdir, name, "jetstream", o)
+		}
+		if err == nil {
+			err = data.mount()
+		}
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
-		spec := natsMemberSpec{Name: name, Dir: filepath.Join(mdir, "jetstream"),
+		spec := natsMemberSpec{Name: name, Dir: data.path, SyncAlways: o.durability == DurabilitySyncAlways,
 			Port: ports[3*i], ClusterPort: ports[3*i+1], HTTPPort: ports[3*i+2], Routes: strings.Join(routes, ",")}
 		m, err := s.add(name, mdir, ports[3*i], func() (*proc, error) {
 			return startSelfMember(spawn.Start, name, mdir, natsMemberEnv, spec)
@@ -114,6 +155,10 @@ func StartNATSCluster(ctx context.Context, n int) (*NATSCluster, error) {
 		s.http[m] = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 	}
 	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+		s.Stop()
+		return nil, fail(err)
+	}
+	if err := s.started(s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}

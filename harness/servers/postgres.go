@@ -22,10 +22,9 @@ import (
 
 // Postgres is a throwaway PostgreSQL cluster started by StartPostgres.
 type Postgres struct {
-	single
-	dsn     string
-	secrets Secrets
-	clock   *FakeClock // only when started withFakeClock (a test)
+	base
+	dsn   string
+	clock *FakeClock // only when started withFakeClock (a test)
 }
 
 func (s *Postgres) Name() string { return "postgres" }
@@ -33,9 +32,6 @@ func (s *Postgres) Name() string { return "postgres" }
 // Endpoint is a postgres:// URL without the password (see URL and
 // Secrets).
 func (s *Postgres) Endpoint() string { return s.dsn }
-
-// Secrets are the role's password (WithAuth) and the test CA (WithTLS).
-func (s *Postgres) Secrets() Secrets { return s.secrets }
 
 // URL is Endpoint with the password in it.
 func (s *Postgres) URL() string {
@@ -48,8 +44,9 @@ func (s *Postgres) URL() string {
 var pgDirs = []string{"/usr/lib/postgresql/*/bin"}
 
 // StartPostgres makes a new cluster with initdb in a temporary directory
-// (trust authentication, loopback only, fsync off) and starts postgres on a
-// free port. As root it runs both as the "postgres" user, which Debian's
+// (trust authentication, loopback only; fsync, synchronous_commit and
+// full_page_writes off, or on as packaged WithDurability(DurabilityPackaged))
+// and starts postgres on a free port. As root it runs both as the "postgres" user, which Debian's
 // server package creates. The endpoint is a postgres:// URL for user
 // "locksuite", database "postgres".
 //
@@ -60,7 +57,10 @@ var pgDirs = []string{"/usr/lib/postgresql/*/bin"}
 // cluster's directory stays trusted, for the harness.
 func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	o := apply(opts)
-	fail := func(err error, fix string) error { return &Unavailable{"postgres", err, fix} }
+	fail := func(err error, fix string) error { return &Unavailable{"postgres", err, fixFUSE(err, fix)} }
+	if err := o.checkDurability("postgres"); err != nil {
+		return nil, err
+	}
 	const install = "install PostgreSQL's server (apt-get install postgresql-15), or name a server with DATABASE_URL or PGHOST"
 	initdb, err := lookPath("initdb", pgDirs...)
 	if err != nil {
@@ -74,7 +74,16 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	data := dir + "/data"
+	uid, gid := ids(cred)
+	dd, err := newDataDir(dir, "data", o.lazy, cred)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fail(err, "a writable temporary directory")
+	}
+	// initdb and the configuration write to disk (the mount's backing
+	// directory), not through a lazyfs mount: a power loss is not meant
+	// to undo the setup.
+	data := dd.setup
 	initArgs := []string{"-D", data, "-U", "locksuite", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"}
 	var secrets Secrets
 	if o.auth {
@@ -98,9 +107,11 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	args := []string{"-D", data, "-p", strconv.Itoa(port),
-		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=200", "-c", "log_min_messages=warning"}
+	args := []string{"-D", dd.path, "-p", strconv.Itoa(port),
+		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "log_min_messages=warning"}
+	if o.durability == DurabilityHarness {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
 	sslmode := "disable"
 	if o.auth || o.tls {
 		method, host := "trust", "host"
@@ -109,10 +120,6 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		}
 		if o.tls {
 			host = "hostssl"
-			uid, gid := -1, -1
-			if cred != nil {
-				uid, gid = int(cred.Uid), int(cred.Gid)
-			}
 			certs, err := newPKI(dir, uid, gid)
 			if err != nil {
 				os.RemoveAll(dir)
@@ -137,22 +144,17 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		env   []string
 	)
 	if o.fakeClock {
-		uid, gid := -1, -1
-		if cred != nil {
-			uid, gid = int(cred.Uid), int(cred.Gid)
-		}
 		if clock, env, err = newFakeClock(dir, uid, gid); err != nil || clock == nil {
 			os.RemoveAll(dir)
 			return nil, fail(fmt.Errorf("no libfaketime (%v)", err), "apt-get install faketime")
 		}
 	}
-	p, err := startProcEnv("postgres", dir, cred, env, append([]string{postgres}, args...)...)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fail(err, "check that "+postgres+" runs")
-	}
-	s := &Postgres{single: single{p: p, sig: syscall.SIGINT, grace: 10 * time.Second}, clock: clock, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=%s", port, sslmode), secrets: secrets}
-	err = waitReady(ctx, p, 20*time.Second, func(ctx context.Context) error {
+	s := &Postgres{base: base{dir: dir, data: dd, sig: syscall.SIGINT, grace: 10 * time.Second, secrets: secrets},
+		clock: clock, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=%s", port, sslmode)}
+	s.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	argv := append([]string{postgres}, args...)
+	start := func() (*proc, error) { return launch(spawn.Start, "postgres", dir, cred, env, argv...) }
+	err = s.run(ctx, "postgres", 20*time.Second, start, func(ctx context.Context) error {
 		c, err := pgx.Connect(ctx, s.URL())
 		if err != nil {
 			return err
@@ -161,7 +163,7 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	})
 	if err != nil {
 		s.Stop()
-		return nil, fail(err, "see the log above")
+		return nil, fail(err, "check that "+postgres+" runs; see its log above")
 	}
 	return s, nil
 }

@@ -11,15 +11,15 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // Redis is a redis-server started by StartRedis.
 type Redis struct {
-	single
-	addr    string
-	secrets Secrets
-	tls     bool
-	clock   *FakeClock
+	base
+	tls   bool
+	clock *FakeClock
 }
 
 func (r *Redis) Name() string { return "redis" }
@@ -30,10 +30,6 @@ func (r *Redis) Endpoint() string { return r.addr }
 // Clock is the server's wall clock, which the clock-jump scenario moves; nil
 // when libfaketime is not installed (ci/setup.sh installs it).
 func (r *Redis) Clock() *FakeClock { return r.clock }
-
-// Secrets are the ACL user and password (WithAuth) and the test CA
-// (WithTLS).
-func (r *Redis) Secrets() Secrets { return r.secrets }
 
 // URL is a redis:// URL for the server (rediss:// WithTLS) with the ACL
 // user and password in it.
@@ -48,8 +44,14 @@ func (r *Redis) URL() string {
 	return scheme + "://" + auth + r.addr + "/0"
 }
 
-// StartRedis starts Debian's redis-server on a free loopback port with no
-// persistence, and waits until it answers PING. WithAuth turns the default
+// StartRedis starts Debian's redis-server on a free loopback port, its data
+// directory (for an RDB or AOF) in the server's, and waits until it answers
+// PING. Without WithDurability it keeps nothing on disk (no RDB, no AOF);
+// DurabilityPackaged is Redis's own default (RDB snapshots: save 3600 1
+// 300 100 60 10000; no AOF), DurabilityAppendFsyncEverysec and
+// DurabilityAppendFsyncAlways an AOF (appendonly yes, appendfsync
+// everysec or always) and no RDB snapshots. Crash restarts it with the
+// same configuration, on the same port and data. WithAuth turns the default
 // user off and adds an ACL user "locksuite" with a random password and all
 // commands and keys; WithTLS replaces the plain port by a tls-port (client
 // certificates optional). The configuration, with the password, is a file
@@ -58,6 +60,9 @@ func (r *Redis) URL() string {
 // real time until its Clock is moved.
 func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	o := apply(opts)
+	if err := o.checkDurability("redis", DurabilityAppendFsyncEverysec, DurabilityAppendFsyncAlways); err != nil {
+		return nil, err
+	}
 	bin, err := lookPath("redis-server")
 	if err != nil {
 		return nil, &Unavailable{"redis", err, "install it (apt-get install redis-server, or run ci/setup.sh), or name a server with REDIS_URL"}
@@ -67,7 +72,11 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 		return nil, &Unavailable{"redis", err, "free loopback ports and a writable temporary directory"}
 	}
 	port := ports[0]
-	r := &Redis{addr: fmt.Sprintf("127.0.0.1:%d", port), tls: o.tls}
+	r := &Redis{base: base{dir: dir, sig: syscall.SIGTERM, grace: 5 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", port)}, tls: o.tls}
+	if r.data, err = newDataDir(dir, "data", o.lazy, nil); err != nil {
+		os.RemoveAll(dir)
+		return nil, &Unavailable{"redis", err, "a writable temporary directory"}
+	}
 	var conf []string
 	if o.auth {
 		r.secrets.User, r.secrets.Password = "locksuite", randomSecret()
@@ -95,32 +104,43 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	if !o.tls {
 		argv = append(argv, "--port", strconv.Itoa(port))
 	}
-	argv = append(argv, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--daemonize", "no", "--protected-mode", "yes")
+	argv = append(argv, "--bind", "127.0.0.1", "--dir", r.data.path, "--daemonize", "no", "--protected-mode", "yes")
+	argv = append(argv, redisPersistence(o.durability)...)
 	clock, env, err := newFakeClock(dir, -1, -1)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	r.clock = clock
-	p, err := startProcEnv("redis", dir, nil, env, argv...)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, &Unavailable{"redis", err, "check that " + bin + " runs"}
-	}
-	r.single = single{p: p, sig: syscall.SIGTERM, grace: 5 * time.Second}
 	copts := &goredis.Options{Addr: r.addr, MaxRetries: -1, Username: r.secrets.User, Password: r.secrets.Password}
 	if o.tls {
 		if copts.TLSConfig, err = r.secrets.ClientTLS(); err != nil {
-			r.Stop()
+			os.RemoveAll(dir)
 			return nil, &Unavailable{"redis", err, "see the test CA in " + dir}
 		}
 	}
-	c := goredis.NewClient(copts)
-	defer c.Close()
-	if err := waitReady(ctx, p, 10*time.Second, func(ctx context.Context) error { return c.Ping(ctx).Err() }); err != nil {
+	ping := func(ctx context.Context) error {
+		c := goredis.NewClient(copts)
+		defer c.Close()
+		return c.Ping(ctx).Err()
+	}
+	start := func() (*proc, error) { return launch(spawn.Start, "redis", dir, nil, env, argv...) }
+	if err := r.run(ctx, "redis", 10*time.Second, start, ping); err != nil {
 		r.Stop()
-		return nil, &Unavailable{"redis", err, "see the log above"}
+		return nil, &Unavailable{"redis", err, fixFUSE(err, "check that "+bin+" runs; see its log above")}
 	}
 	return r, nil
+}
+
+// redisPersistence is redis-server's arguments for a Durability.
+func redisPersistence(d Durability) []string {
+	switch d {
+	case DurabilityPackaged:
+		return []string{"--save", "3600 1 300 100 60 10000", "--appendonly", "no"}
+	case DurabilityAppendFsyncEverysec:
+		return []string{"--save", "", "--appendonly", "yes", "--appendfsync", "everysec"}
+	case DurabilityAppendFsyncAlways:
+		return []string{"--save", "", "--appendonly", "yes", "--appendfsync", "always"}
+	}
+	return []string{"--save", "", "--appendonly", "no"}
 }

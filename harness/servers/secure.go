@@ -22,8 +22,10 @@ import (
 type Option func(*options)
 
 type options struct {
-	auth, tls bool
-	fakeClock bool // Postgres only: run under libfaketime (a test's measurement)
+	auth, tls   bool
+	fakeClock   bool // Postgres only: run under libfaketime (a test's measurement)
+	durability  Durability
+	crash, lazy bool // WithCrash, WithLazyFS
 }
 
 // WithAuth makes the server require authentication, with credentials made

@@ -21,7 +21,9 @@ import (
 
 // TestStartSecured starts each server WithAuth and WithTLS and checks that a
 // client with the Secrets gets in, and that one without the password (or
-// token) and one without TLS are refused.
+// token) and one without TLS are refused; etcd and Consul also as
+// crashable servers (a child process, a server with a data directory),
+// crashed and restarted once before.
 func TestStartSecured(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real servers")
@@ -85,48 +87,62 @@ func TestStartSecured(t *testing.T) {
 			{"no TLS", conn(strings.Replace(s.URL(), "sslmode=verify-full", "sslmode=disable", 1)), "no encryption"},
 		})
 	})
-	t.Run("etcd", func(t *testing.T) {
-		s := mustStart(t, func() (*Etcd, error) { return StartEtcd(ctx, opts...) })
-		sec := s.Secrets()
-		tc := mustTLS(t, sec)
-		put := func(cfg clientv3.Config) error {
-			cfg.Endpoints, cfg.DialTimeout, cfg.Logger = []string{s.Endpoint()}, 2*time.Second, zap.NewNop()
-			c, err := clientv3.New(cfg)
-			if err != nil {
+	for _, mode := range crashModes("etcd", opts) {
+		t.Run(mode.name, func(t *testing.T) {
+			s := mustStart(t, func() (*Etcd, error) { return StartEtcd(ctx, mode.opts...) })
+			if mode.crash {
+				if _, err := s.Crash(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sec := s.Secrets()
+			tc := mustTLS(t, sec)
+			put := func(cfg clientv3.Config) error {
+				cfg.Endpoints, cfg.DialTimeout, cfg.Logger = []string{s.Endpoint()}, 2*time.Second, zap.NewNop()
+				c, err := clientv3.New(cfg)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+				_, err = c.Put(cctx, "locksuite/probe", "x")
 				return err
 			}
-			defer c.Close()
-			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			defer cancel()
-			_, err = c.Put(cctx, "locksuite/probe", "x")
-			return err
-		}
-		report(t, []attempt{
-			{"secrets", put(clientv3.Config{TLS: tc, Username: sec.User, Password: sec.Password}), ""},
-			{"wrong password", put(clientv3.Config{TLS: tc, Username: sec.User, Password: "nope"}), "authentication failed"},
+			report(t, []attempt{
+				{"secrets", put(clientv3.Config{TLS: tc, Username: sec.User, Password: sec.Password}), ""},
+				{"wrong password", put(clientv3.Config{TLS: tc, Username: sec.User, Password: "nope"}), "authentication failed"},
+			})
+			if err := put(clientv3.Config{Username: sec.User, Password: sec.Password}); err == nil {
+				t.Error("plain connection to the TLS port succeeded")
+			}
 		})
-		if err := put(clientv3.Config{Username: sec.User, Password: sec.Password}); err == nil {
-			t.Error("plain connection to the TLS port succeeded")
-		}
-	})
-	t.Run("consul", func(t *testing.T) {
-		s := mustStart(t, func() (*Consul, error) { return StartConsul(ctx, opts...) })
-		sec := s.Secrets()
-		put := func(addr, token string) error {
-			c, err := consulapi.NewClient(&consulapi.Config{Address: addr, Token: token, TLSConfig: consulapi.TLSConfig{CAFile: sec.CAFile}})
-			if err != nil {
+	}
+	for _, mode := range crashModes("consul", opts) {
+		t.Run(mode.name, func(t *testing.T) {
+			s := mustStart(t, func() (*Consul, error) { return StartConsul(ctx, mode.opts...) })
+			if mode.crash {
+				if _, err := s.Crash(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sec := s.Secrets()
+			put := func(addr, token string) error {
+				c, err := consulapi.NewClient(&consulapi.Config{Address: addr, Token: token, TLSConfig: consulapi.TLSConfig{CAFile: sec.CAFile}})
+				if err != nil {
+					return err
+				}
+				_, err = c.KV().Put(&consulapi.KVPair{Key: "locksuite/probe", Value: []byte("x")}, nil)
 				return err
 			}
-			_, err = c.KV().Put(&consulapi.KVPair{Key: "locksuite/probe", Value: []byte("x")}, nil)
-			return err
-		}
-		report(t, []attempt{
-			{"secrets", put(s.URL(), sec.Token), ""},
-			{"no token", put(s.URL(), ""), "Permission denied"},
-			{"wrong token", put(s.URL(), "00000000-0000-4000-8000-000000000000"), "ACL not found"},
-			{"no TLS", put("http://"+s.Endpoint(), sec.Token), "HTTP request to an HTTPS server"},
+			report(t, []attempt{
+				{"secrets", put(s.URL(), sec.Token), ""},
+				{"no token", put(s.URL(), ""), "Permission denied"},
+				{"wrong token", put(s.URL(), "00000000-0000-4000-8000-000000000000"), "ACL not found"},
+				{"no TLS", put("http://"+s.Endpoint(), sec.Token), "HTTP request to an HTTPS server"},
+			})
 		})
-	})
+	}
 	t.Run("zookeeper", func(t *testing.T) {
 		s, err := StartZooKeeper(ctx, opts...)
 		if err != nil {
@@ -174,6 +190,19 @@ func TestStartSecured(t *testing.T) {
 			{"no TLS", create(nil, sec.User+":"+sec.Password), "no session"},
 		})
 	})
+}
+
+// crashMode is a subtest of TestStartSecured: the server started with
+// opts, or crashable (WithCrash) and crashed once before the checks (the
+// credentials and TLS survive the restart).
+type crashMode struct {
+	name  string
+	opts  []Option
+	crash bool
+}
+
+func crashModes(name string, opts []Option) []crashMode {
+	return []crashMode{{name, opts, false}, {name + ", crashed", append(opts[:len(opts):len(opts)], WithCrash()), true}}
 }
 
 // mustStart starts a server for t with start; it stops when t ends.

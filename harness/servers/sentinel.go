@@ -59,8 +59,8 @@ func (s *RedisSentinel) MasterName() string { return SentinelMaster }
 // each just-promoted primary for down half a second after promoting it,
 // tried to fail it over, found no replica, and then waited 2 ×
 // failover-timeout before the next real failover.
-func StartRedisSentinel(ctx context.Context) (*RedisSentinel, error) {
-	return StartRedisSentinelOn(ctx, nil, SentinelOptions{})
+func StartRedisSentinel(ctx context.Context, opts ...Option) (*RedisSentinel, error) {
+	return StartRedisSentinelOn(ctx, nil, SentinelOptions{}, opts...)
 }
 
 // SentinelOptions change the Redis servers of StartRedisSentinelOn.
@@ -76,9 +76,16 @@ type SentinelOptions struct {
 
 // StartRedisSentinelOn is StartRedisSentinel with its processes placed by h
 // (nil: loopback), in this order: redis-1 (the first primary), redis-2,
-// sentinel-1, sentinel-2, sentinel-3.
-func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions) (*RedisSentinel, error) {
-	fail := func(err error, fix string) error { return &Unavailable{"redis-sentinel", err, fix} }
+// sentinel-1, sentinel-2, sentinel-3. The Redis servers take
+// WithDurability (as StartRedis's: without it no persistence) and
+// WithLazyFS; Crash crashes them, not the sentinels (their configuration,
+// rewritten and synced by themselves, is not on lazyfs).
+func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions, opts ...Option) (*RedisSentinel, error) {
+	fail := func(err error, fix string) error { return &Unavailable{"redis-sentinel", err, fixFUSE(err, fix)} }
+	so, err := clusterOptions("redis-sentinel", opts, DurabilityAppendFsyncEverysec, DurabilityAppendFsyncAlways)
+	if err != nil {
+		return nil, err
+	}
 	if err := h.check("redis-sentinel", 5); err != nil {
 		return nil, fail(err, "place all five processes")
 	}
@@ -97,6 +104,13 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions) (*Re
 	s := &RedisSentinel{group: group{dir: dir}, hosts: h, primary: net.JoinHostPort(h.host(0), strconv.Itoa(ports[0]))}
 	for i := range 2 {
 		name, mdir, err := s.memberDir("redis", i)
+		var data *dataDir
+		if err == nil {
+			data, err = s.dataDir(mdir, name, "data", so)
+		}
+		if err == nil {
+			err = data.mount()
+		}
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
@@ -105,8 +119,8 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions) (*Re
 		addr := net.JoinHostPort(host, strconv.Itoa(ports[i]))
 		start := h.starter(i)
 		if _, err := s.addOn(name, mdir, host, ports[i], func() (*proc, error) {
-			argv := []string{srv, "--port", strconv.Itoa(ports[i]), "--bind", host, "--save", "",
-				"--appendonly", "no", "--dir", mdir, "--daemonize", "no", "--repl-diskless-sync-delay", "0"}
+			argv := append([]string{srv, "--port", strconv.Itoa(ports[i]), "--bind", host,
+				"--dir", data.path, "--daemonize", "no", "--repl-diskless-sync-delay", "0"}, redisPersistence(so.durability)...)
 			if h != nil {
 				// Off loopback Redis wants a password otherwise; these are
 				// the harness's own isolated addresses.
@@ -122,7 +136,7 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions) (*Re
 				h, pt, _ := net.SplitHostPort(p)
 				argv = append(argv, "--replicaof", h, pt)
 			}
-			return startMemberProcWith(start, name, mdir, nil, argv...)
+			return launch(start, name, mdir, nil, nil, argv...)
 		}); err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+srv+" runs")
@@ -151,7 +165,7 @@ sentinel parallel-syncs %s 1
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
-		p, err := startMemberProcWith(h.starter(2+i), name, sdir, nil, sen, cf)
+		p, err := launch(h.starter(2+i), name, sdir, nil, nil, sen, cf)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+sen+" runs")
@@ -178,6 +192,10 @@ sentinel parallel-syncs %s 1
 	if err := faults.WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err, "see the sentinel logs above")
+	}
+	if err := s.started(s.Healthy); err != nil {
+		s.Stop()
+		return nil, fail(err, "see the error")
 	}
 	return s, nil
 }

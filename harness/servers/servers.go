@@ -165,16 +165,15 @@ type proc struct {
 	err  error
 }
 
-// startProc runs argv with its output in dir/name.log. cred, if not nil, is
-// the user to run as (Postgres refuses to run as root).
-func startProc(name, dir string, cred *syscall.Credential, argv ...string) (*proc, error) {
-	return startProcEnv(name, dir, cred, nil, argv...)
-}
-
-// startProcEnv is startProc with env added to the process's environment.
-func startProcEnv(name, dir string, cred *syscall.Credential, env []string, argv ...string) (*proc, error) {
+// launch runs argv in dir with start (spawn.Start, or a node's Start), in
+// a process group of its own that dies with this process, with env added
+// to this process's environment and its output appended to dir/name.log
+// (a restarted server's log keeps the earlier run's). cred, if not nil, is
+// the user to run as (Postgres refuses to run as root); the log is then
+// theirs.
+func launch(start func(*exec.Cmd) error, name, dir string, cred *syscall.Credential, env []string, argv ...string) (*proc, error) {
 	logPath := filepath.Join(dir, name+".log")
-	lf, err := os.Create(logPath)
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -184,12 +183,10 @@ func startProcEnv(name, dir string, cred *syscall.Credential, env []string, argv
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr, cmd.Dir = lf, lf, dir
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 	// From the spawning thread: Pdeathsig fires when that thread exits.
-	if err := spawn.Start(cmd); err != nil {
+	if err := start(cmd); err != nil {
 		return nil, err
 	}
 	p := &proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}
@@ -236,61 +233,97 @@ func httpURL(addr string, tls bool) string {
 	return "http://" + addr
 }
 
-// embedded is what a server embedded in this process shares: its
-// directory (its data and its log), which Stop removes, its client address,
-// its Secrets, and a Stop that shuts it down once.
-type embedded struct {
-	dir      string
-	log      string // the log file's name in dir
-	addr     string // host:port
-	secrets  Secrets
-	shutdown func() // set once the server runs
-	once     sync.Once
+// base is what every single server this package starts shares: its
+// directory (its data, log and configuration), which Stop removes, its
+// process (a Member, restarted by Crash) or, for a server embedded in this
+// process, how to shut it down, and its client address and Secrets.
+type base struct {
+	dir     string
+	data    *dataDir // the data directory, if Stop must unmount it
+	m       *Member  // the server's process; nil for a server embedded in this process
+	sig     syscall.Signal
+	grace   time.Duration // Stop ends m with sig, then SIGKILL after grace
+	logName string        // an embedded server's log file, in dir
+	addr    string        // host:port
+	secrets Secrets
+	// shutdown ends an embedded server (set once it runs).
+	shutdown func()
+	crasher
+	once sync.Once
 }
 
 // Secrets are the user and password the server requires (WithAuth), the
 // test CA and a client certificate (WithTLS).
-func (s *embedded) Secrets() Secrets { return s.secrets }
+func (s *base) Secrets() Secrets { return s.secrets }
 
 // Log is the server's log file, in the directory Stop removes: copy it
 // before Stop to keep it.
-func (s *embedded) Log() string { return filepath.Join(s.dir, s.log) }
+func (s *base) Log() string {
+	if s.m != nil {
+		return s.m.log()
+	}
+	return filepath.Join(s.dir, s.logName)
+}
 
-// Stop shuts the server down and removes its directory. It is idempotent.
-func (s *embedded) Stop() error {
+// Pid is the server's process id (and process group id), which changes
+// when Crash restarts it; 0 for a server embedded in this process.
+func (s *base) Pid() int {
+	if s.m == nil {
+		return 0
+	}
+	return s.m.Pid()
+}
+
+// Members is the server's process, as a Cluster's members are (Stop,
+// Cont, Kill; its Pid follows a restart); none for a server embedded in
+// this process.
+func (s *base) Members() []*Member {
+	if s.m == nil {
+		return nil
+	}
+	return []*Member{s.m}
+}
+
+// Stop ends the server (with its signal, then SIGKILL after its grace; a
+// stopped one is continued first), unmounts its data directory if it is a
+// lazyfs mount, and removes its directory. It is idempotent.
+func (s *base) Stop() error {
 	s.once.Do(func() {
+		if s.m != nil {
+			s.m.end(s.sig, s.grace)
+		}
 		if s.shutdown != nil {
 			s.shutdown()
 		}
+		s.data.unmount()
 		os.RemoveAll(s.dir)
 	})
 	return nil
 }
 
-// single is what a one-process server started here shares: its process and
-// log, and a Stop that ends it (sig, then SIGKILL after grace) once and
-// removes its directory.
-type single struct {
-	p     *proc
-	sig   syscall.Signal
-	grace time.Duration
-	once  sync.Once
-}
-
-// Log is the server's log file, in the directory Stop removes: copy it
-// before Stop to keep it.
-func (s *single) Log() string { return s.p.log }
-
-// Pid is the server's process id (and process group id).
-func (s *single) Pid() int { return s.p.Pid() }
-
-// Stop ends the server and removes its directory. It is idempotent.
-func (s *single) Stop() error {
-	s.once.Do(func() {
-		s.p.stop(s.sig, s.grace)
-		os.RemoveAll(s.p.dir)
-	})
-	return nil
+// run starts the server's process with start (again, on Crash), as the
+// Member name reached at addr, and waits until ready succeeds (as
+// waitReady does); then it syncs the data directory (see Crasher.Sync).
+// On error the caller stops s.
+func (s *base) run(ctx context.Context, name string, timeout time.Duration, start func() (*proc, error), ready func(context.Context) error) error {
+	if err := s.data.mount(); err != nil {
+		return err
+	}
+	s.m = &Member{name: name, addr: s.addr, dir: s.dir, start: start}
+	if err := s.m.run(); err != nil {
+		return err
+	}
+	s.procs, s.ready, s.timeout = []*Member{s.m}, ready, timeout
+	if s.data != nil {
+		s.disks = []*dataDir{s.data}
+	}
+	s.m.mu.Lock()
+	p := s.m.p
+	s.m.mu.Unlock()
+	if err := waitReady(ctx, p, timeout, ready); err != nil {
+		return err
+	}
+	return s.Sync()
 }
 
 // waitReady polls check as faults.WaitHealthy does until it succeeds, the

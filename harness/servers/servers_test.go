@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // TestStartStop starts each server, checks it is healthy (Start waits for
@@ -26,10 +28,10 @@ func TestStartStop(t *testing.T) {
 		start func(context.Context) (started, error)
 		dir   func(Server) string
 	}{
-		{"redis", func(ctx context.Context) (started, error) { return StartRedis(ctx) }, func(s Server) string { return s.(*Redis).p.dir }},
-		{"postgres", func(ctx context.Context) (started, error) { return StartPostgres(ctx) }, func(s Server) string { return s.(*Postgres).p.dir }},
-		{"consul", func(ctx context.Context) (started, error) { return StartConsul(ctx) }, func(s Server) string { return s.(*Consul).p.dir }},
-		{"zookeeper", func(ctx context.Context) (started, error) { return StartZooKeeper(ctx) }, func(s Server) string { return s.(*ZooKeeper).p.dir }},
+		{"redis", func(ctx context.Context) (started, error) { return StartRedis(ctx) }, func(s Server) string { return s.(*Redis).dir }},
+		{"postgres", func(ctx context.Context) (started, error) { return StartPostgres(ctx) }, func(s Server) string { return s.(*Postgres).dir }},
+		{"consul", func(ctx context.Context) (started, error) { return StartConsul(ctx) }, func(s Server) string { return s.(*Consul).dir }},
+		{"zookeeper", func(ctx context.Context) (started, error) { return StartZooKeeper(ctx) }, func(s Server) string { return s.(*ZooKeeper).dir }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := timedStart(t, tc.start)
@@ -91,7 +93,7 @@ func TestStopContinuesAStoppedServer(t *testing.T) {
 		t.Skip("starts a real server")
 	}
 	r := mustStart(t, func() (*Redis, error) { return StartRedis(context.Background()) })
-	pid, dir := r.Pid(), r.p.dir
+	pid, dir := r.Pid(), r.dir
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -193,6 +195,9 @@ func stopGone(t *testing.T, s interface{ Stop() error }, dir string, pids ...int
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("directory %s still exists after Stop (%v)", dir, err)
+	}
+	if mps := tempdir.Mounts(dir); len(mps) > 0 {
+		t.Errorf("%q still mounted after Stop", mps)
 	}
 }
 

@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
 // zkJars: the harness runs Debian's ZooKeeper (package zookeeper, 3.8) as a plain java
@@ -70,8 +70,10 @@ func zkCommand(cfg string) ([]string, error) {
 // zkConfig is the configuration every harness server shares: the short tick
 // and the session floor, no admin server (it would take port 8080), and the
 // four-letter words the harness asks (srvr for the mode, mntr for the
-// leader's synced followers, conf, ruok).
-func zkConfig(dataDir string, clientPort int, extra ...string) string {
+// leader's synced followers, conf, ruok); and no fsync of the transaction
+// log (forceSync=no) unless d is DurabilityPackaged (forceSync=yes, the
+// default: each transaction is fsynced before it is acknowledged).
+func zkConfig(dataDir string, clientPort int, d Durability, extra ...string) string {
 	port := []string{"clientPort=" + strconv.Itoa(clientPort), "clientPortAddress=127.0.0.1"}
 	if clientPort == 0 {
 		port = nil // TLS only: the secure port is in extra
@@ -85,7 +87,7 @@ func zkConfig(dataDir string, clientPort int, extra ...string) string {
 		"dataDir=" + dataDir,
 		"admin.enableServer=false",
 		"4lw.commands.whitelist=srvr,mntr,conf,ruok",
-		"forceSync=no",
+		"forceSync=" + map[bool]string{true: "yes", false: "no"}[d == DurabilityPackaged],
 		"autopurge.purgeInterval=0",
 	}, port...), extra...)
 	return strings.Join(lines, "\n") + "\n"
@@ -157,29 +159,12 @@ func zkMode(ctx context.Context, addr string, cfg *tls.Config) (string, error) {
 }
 
 // ZooKeeper is a standalone ZooKeeper server started by StartZooKeeper.
-type ZooKeeper struct {
-	p       *proc
-	addr    string
-	secrets Secrets
-	once    sync.Once
-}
+type ZooKeeper struct{ base }
 
 func (s *ZooKeeper) Name() string { return "zookeeper" }
 
 // Endpoint is the client port's host:port (WithTLS, the secure port's).
 func (s *ZooKeeper) Endpoint() string { return s.addr }
-
-// Secrets are the digest user and password (WithAuth) and the test CA and
-// a client certificate (WithTLS).
-func (s *ZooKeeper) Secrets() Secrets { return s.secrets }
-
-// Log is the server's log file, in the directory Stop removes: copy it
-// before Stop to keep it.
-func (s *ZooKeeper) Log() string { return s.p.log }
-
-// Pid is the server's process id (the java process; its process group has
-// no other member).
-func (s *ZooKeeper) Pid() int { return s.p.Pid() }
 
 // StartZooKeeper starts a standalone ZooKeeper server (Debian's package,
 // run as described at zkJars) on a free loopback port, with its data in a
@@ -196,13 +181,20 @@ func (s *ZooKeeper) Pid() int { return s.p.Pid() }
 // certificates are accepted, not required.
 func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 	o := apply(opts)
-	fail := func(err error, fix string) error { return &Unavailable{"zookeeper", err, fix} }
+	fail := func(err error, fix string) error { return &Unavailable{"zookeeper", err, fixFUSE(err, fix)} }
+	if err := o.checkDurability("zookeeper"); err != nil {
+		return nil, err
+	}
 	ports, dir, err := portsAndDir(1, "zookeeper")
 	if err != nil {
 		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
 	port := ports[0]
-	s := &ZooKeeper{addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	s := &ZooKeeper{base{dir: dir, sig: syscall.SIGTERM, grace: 3 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", port)}}
+	if s.data, err = newDataDir(dir, "data", o.lazy, nil); err != nil {
+		os.RemoveAll(dir)
+		return nil, fail(err, "a writable temporary directory")
+	}
 	var extra []string
 	if o.auth {
 		s.secrets.User, s.secrets.Password = "locksuite", randomSecret()
@@ -230,7 +222,7 @@ func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 			"ssl.trustStore.location="+certs.ca, "ssl.trustStore.type=PEM", "ssl.clientAuth=want")
 	}
 	cfg := filepath.Join(dir, "zoo.cfg")
-	err = os.WriteFile(cfg, []byte(zkConfig(filepath.Join(dir, "data"), plain, extra...)), 0o600)
+	err = os.WriteFile(cfg, []byte(zkConfig(s.data.path, plain, o.durability, extra...)), 0o600)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fail(err, "a writable temporary directory")
@@ -240,13 +232,8 @@ func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 		os.RemoveAll(dir)
 		return nil, fail(err, zkInstall)
 	}
-	p, err := startProc("zookeeper", dir, nil, argv...)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fail(err, "check that "+argv[0]+" runs")
-	}
-	s.p = p
-	err = waitReady(ctx, p, 30*time.Second, func(ctx context.Context) error {
+	start := func() (*proc, error) { return launch(spawn.Start, "zookeeper", dir, nil, nil, argv...) }
+	err = s.run(ctx, "zookeeper", 30*time.Second, start, func(ctx context.Context) error {
 		m, err := zkMode(ctx, s.addr, probeTLS)
 		if err == nil && m != "standalone" {
 			err = fmt.Errorf("mode %q, want standalone", m)
@@ -274,16 +261,6 @@ func zkKeyStore(certs *pki, path string) error {
 	return os.WriteFile(path, append(key, cert...), 0o600)
 }
 
-// Stop ends the server (SIGTERM, SIGKILL after 3 s) and removes its
-// directory.
-func (s *ZooKeeper) Stop() error {
-	s.once.Do(func() {
-		s.p.stop(syscall.SIGTERM, 3*time.Second)
-		os.RemoveAll(s.p.dir)
-	})
-	return nil
-}
-
 // ZooKeeperEnsemble is a ZooKeeper ensemble of three (or n) servers, each
 // its own process with its own ports and data directory, started by
 // StartZooKeeperEnsemble.
@@ -301,9 +278,14 @@ func (s *ZooKeeperEnsemble) Endpoint() string { return strings.Join(s.Addrs(), "
 // scenario) on free loopback ports, configured as StartZooKeeper's server is
 // (tickTime 100 ms: a follower gives up on a silent leader after syncLimit,
 // 5 ticks), and waits until they have elected a leader that every server
-// follows.
-func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, error) {
-	fail := func(err error, fix string) error { return &Unavailable{"zookeeper-ensemble", err, fix} }
+// follows. It takes WithDurability (forceSync, as StartZooKeeper) and
+// WithLazyFS.
+func StartZooKeeperEnsemble(ctx context.Context, n int, opts ...Option) (*ZooKeeperEnsemble, error) {
+	fail := func(err error, fix string) error { return &Unavailable{"zookeeper-ensemble", err, fixFUSE(err, fix)} }
+	o, err := clusterOptions("zookeeper-ensemble", opts)
+	if err != nil {
+		return nil, err
+	}
 	if n < 1 {
 		return nil, fail(fmt.Errorf("%d servers", n), "ask for at least one (three for failover)")
 	}
@@ -318,19 +300,24 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 		peers = append(peers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
 	}
 	for i := range n {
-		name := fmt.Sprintf("zookeeper-%d", i+1)
-		mdir := filepath.Join(dir, name)
-		data := filepath.Join(mdir, "data")
-		if err := os.MkdirAll(data, 0o700); err != nil {
+		name, mdir, err := s.memberDir("zookeeper", i)
+		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
-		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o600); err != nil {
+		data, err := s.dataDir(mdir, name, "data", o)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(data.setup, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o600)
+		}
+		if err == nil {
+			err = data.mount()
+		}
+		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
 		cfg := filepath.Join(mdir, "zoo.cfg")
-		if err := os.WriteFile(cfg, []byte(zkConfig(data, ports[3*i], peers...)), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte(zkConfig(data.path, ports[3*i], o.durability, peers...)), 0o600); err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
@@ -347,6 +334,10 @@ func StartZooKeeperEnsemble(ctx context.Context, n int) (*ZooKeeperEnsemble, err
 	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err, "see the servers' logs above")
+	}
+	if err := s.started(s.Healthy); err != nil {
+		s.Stop()
+		return nil, fail(err, "see the error")
 	}
 	return s, nil
 }

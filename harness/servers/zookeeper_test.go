@@ -62,7 +62,7 @@ func TestZooKeeperServes(t *testing.T) {
 		if want := "minSessionTimeout=200"; !strings.Contains(st, want) {
 			t.Errorf("conf lacks %q:\n%s", want, st)
 		}
-		stopGone(t, s, s.p.dir, s.Pid())
+		stopGone(t, s, s.dir, s.Pid())
 	})
 	t.Run("ensemble", func(t *testing.T) {
 		t0 := time.Now()

@@ -3,8 +3,14 @@
 package tempdir
 
 import (
+	"bufio"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/locksuite/locksuite/internal/owner"
 )
@@ -46,7 +52,10 @@ func Disown(dir string) error {
 // RemoveStale removes the directories "locksuite-*" in os.TempDir() and
 // /tmp that New made for a process that no longer runs, and returns
 // them. Directories of live processes, and any without an owner record (not
-// made by New), are left alone.
+// made by New), are left alone. A filesystem mounted inside a stale
+// directory (a FUSE mount whose serving process died with it, see
+// harness/lazyfs) is lazily detached first (umount MNT_DETACH), so that
+// what it hid can be removed.
 func RemoveStale() []string {
 	var removed []string
 	seen := map[string]bool{}
@@ -64,10 +73,67 @@ func RemoveStale() []string {
 			if gone, ok := owner.Gone(string(b)); !ok || !gone {
 				continue // no record, or its owner runs
 			}
+			detachMounts(dir)
 			if os.RemoveAll(dir) == nil {
 				removed = append(removed, dir)
 			}
 		}
 	}
 	return removed
+}
+
+// detachMounts lazily unmounts every mount at or below dir, deepest first.
+func detachMounts(dir string) {
+	mps := Mounts(dir)
+	sort.Sort(sort.Reverse(sort.StringSlice(mps)))
+	for _, mp := range mps {
+		_ = unix.Unmount(mp, unix.MNT_DETACH)
+	}
+}
+
+// Mounts lists the mount points at or below dir (this process's mount
+// namespace: /proc/self/mountinfo), for a test that checks nothing was
+// left mounted.
+func Mounts(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	dir = filepath.Clean(dir)
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// "36 35 98:0 /root /mount/point rw,noatime ... - fstype source opts"
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// unescapeMount undoes the octal escapes (\040 for a space, ...) of a
+// path in /proc/self/mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -40,12 +40,12 @@ func Start[S interface{ Stop() error }](t testing.TB, ctx context.Context, start
 }
 
 // Cluster starts an n-member cluster with start (servers.StartNATSCluster,
-// servers.StartZooKeeperEnsemble, ...) as Start starts a server, and logs
-// how long it took to be healthy.
-func Cluster[C interface{ Stop() error }](t testing.TB, ctx context.Context, start func(context.Context, int) (C, error), n int) C {
+// servers.StartZooKeeperEnsemble, ...) and opts as Start starts a server,
+// and logs how long it took to be healthy.
+func Cluster[C interface{ Stop() error }](t testing.TB, ctx context.Context, start func(context.Context, int, ...servers.Option) (C, error), n int, opts ...servers.Option) C {
 	t.Helper()
 	t0 := time.Now()
-	c, err := start(ctx, n)
+	c, err := start(ctx, n, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
