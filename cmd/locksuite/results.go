@@ -192,6 +192,12 @@ func writeMarkdown(w io.Writer, rows []report.Row, status string) error {
 	if err := report.WriteMarkdown(w, rows); err != nil {
 		return err
 	}
+	if _, err := fmt.Fprint(w, "\n</details>\n\n<details><summary>Where the time went (medians per scenario; the floor is the time the scenario's own waits set)</summary>\n\n"); err != nil {
+		return err
+	}
+	if err := report.WriteTiming(w, rows); err != nil {
+		return err
+	}
 	_, err := fmt.Fprintln(w, "\n</details>")
 	return err
 }

@@ -84,6 +84,13 @@ type Row struct {
 	// and counter made, its load, its checks (DurationMS is its load
 	// alone). Zero for a skipped row.
 	WallMS int64 `json:"wall_ms,omitempty"`
+	// SetupMS is how long the run took to make its clients, its counter
+	// and its faults (worker processes started and ready, a service
+	// started on nodes) before its load began; PlannedMS is how long the
+	// load planned to run: its floor, which the scenario's own waits set (a
+	// lease to expire, a chaos run's seconds, a failover's recovery).
+	SetupMS   int64 `json:"setup_ms,omitempty"`
+	PlannedMS int64 `json:"planned_ms,omitempty"`
 }
 
 // Progress is what a scenario run knows while it runs, for a progress

@@ -71,3 +71,27 @@ func TestSortOrder(t *testing.T) {
 		t.Errorf("row 8 is %+v, want redis's first", rows[8])
 	}
 }
+
+// TestWriteTiming: the medians per scenario, skipped rows and rows without
+// a wall time left out, nothing written when none is left.
+func TestWriteTiming(t *testing.T) {
+	rows := []Row{
+		{Scenario: "baseline", Verdict: Kept, SetupMS: 10, PlannedMS: 2000, DurationMS: 2001, WallMS: 2100},
+		{Scenario: "baseline", Verdict: Kept, SetupMS: 30, PlannedMS: 2000, DurationMS: 2003, WallMS: 2300},
+		{Scenario: "baseline", Verdict: Broken, SetupMS: 20, PlannedMS: 2000, DurationMS: 2002, WallMS: 2200},
+		{Scenario: "chaos-none", Verdict: Skipped, WallMS: 0},
+		{Scenario: "contract", Verdict: Kept, WallMS: 0}, // an older row
+	}
+	var b strings.Builder
+	if err := WriteTiming(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	want := "| baseline | 3 | 20ms | 2s | 2s | 2.2s | 200ms |\n"
+	if !strings.HasSuffix(b.String(), want) || strings.Contains(b.String(), "chaos-none") || strings.Contains(b.String(), "contract") {
+		t.Errorf("got:\n%s\nwant a last line %q", b.String(), want)
+	}
+	b.Reset()
+	if err := WriteTiming(&b, rows[3:]); err != nil || b.Len() != 0 {
+		t.Errorf("no timed row: wrote %q, %v", b.String(), err)
+	}
+}

@@ -142,6 +142,7 @@ func Execute(ctx context.Context, s Setup, l Load, n Nemesis) (report.Row, error
 }
 
 func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, err error) {
+	began := time.Now()
 	fx := &Fixture{Setup: s}
 	defer fx.close()
 	// Time zero: before the load is prepared, so that the worker
@@ -169,6 +170,7 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 		}
 	}
 	fx.T0 = fx.Rec.Now()
+	setup, planned := time.Since(began), l.Planned(fx)
 
 	var out Outcome
 	done, played := make(chan struct{}), make(chan struct{})
@@ -205,7 +207,7 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 		return fx.Log.HealAll()
 	})
 	g.Go(func() error { // the progress reports
-		fx.progress(done, l.Planned(fx))
+		fx.progress(done, planned)
 		return nil
 	})
 	if err := g.Wait(); err != nil {
@@ -224,6 +226,7 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 		out.Amend(&res)
 	}
 	row = fx.row(res, out.Elapsed)
+	row.SetupMS, row.PlannedMS = setup.Milliseconds(), planned.Milliseconds()
 	if out.Row != nil {
 		out.Row(&row)
 	}
