@@ -32,7 +32,9 @@ func WriteTiming(w io.Writer, rows []Row) error {
 	if _, err := fmt.Fprintln(w, "| scenario | runs | setup | floor | load | whole | whole − floor |\n|---|---|---|---|---|---|---|"); err != nil {
 		return err
 	}
-	ms := func(v int64) string { return (time.Duration(v) * time.Millisecond).Round(10 * time.Millisecond).String() }
+	ms := func(v int64) string {
+		return (time.Duration(v) * time.Millisecond).Round(10 * time.Millisecond).String()
+	}
 	for _, sc := range order {
 		rs := by[sc]
 		med := func(f func(Row) int64) int64 {
