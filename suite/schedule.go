@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
 
@@ -18,11 +19,12 @@ import (
 // another, and a scenario run is mostly waiting, so the runs of the specs
 // still to come go on while an earlier spec waits for its own. A job that
 // faults a shared server (exclusive) runs alone: nothing else runs while
-// it does. Exclusive jobs go first, one after another, then the rest in
-// the order the specs were registered; a spec that waits for a job not
-// started yet moves it ahead of the other jobs that are not exclusive, so
-// that no spec waits for more than a slot to free and its own run (Ginkgo
-// may run the top-level containers in an order of its own).
+// it does. Exclusive jobs go first, one after another, then the rest, the
+// longest first (by their estimate: the longest-processing-time rule,
+// which leaves the fewest slots idle at the end); a spec that waits for a
+// job not started yet moves it ahead of the other jobs that are not
+// exclusive, so that no spec waits for more than a slot to free and its own
+// run (Ginkgo runs the specs in an order of its own).
 //
 // The dispatcher starts at the first await, so that registering specs
 // (a dry run, a worker process) runs nothing.
@@ -46,6 +48,7 @@ type scheduler struct {
 type job struct {
 	run       func(ctx context.Context) (report.Row, error)
 	exclusive bool
+	estimate  time.Duration // how long it is expected to take
 	queued    bool // in the scheduler's queue (Ginkgo was expected to run its spec)
 	started   bool
 	consumed  bool // a spec took its result: another attempt (Ginkgo's repeats) runs anew
@@ -62,26 +65,26 @@ func newScheduler(parallel int, sc types.SuiteConfig) *scheduler {
 	return s
 }
 
-// add makes a job of run for a spec with these texts and labels; it is
-// queued only if Ginkgo is to run the spec (willRun): a spec Ginkgo runs
-// anyway runs its job itself.
-func (s *scheduler) add(run func(context.Context) (report.Row, error), exclusive bool, texts, labels []string) *job {
-	j := &job{run: run, exclusive: exclusive, done: make(chan struct{})}
+// add makes a job of run, expected to take about estimate, for a spec
+// with these texts and labels; it is queued only if Ginkgo is to run the
+// spec (willRun): a spec Ginkgo runs anyway runs its job itself.
+func (s *scheduler) add(run func(context.Context) (report.Row, error), exclusive bool, estimate time.Duration, texts, labels []string) *job {
+	j := &job{run: run, exclusive: exclusive, estimate: estimate, done: make(chan struct{})}
 	if !willRun(s.suite, texts, labels) {
 		return j
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j.queued = true
-	if exclusive { // after the exclusive jobs already queued, before the rest
-		i := slices.IndexFunc(s.queue, func(q *job) bool { return !q.exclusive })
-		if i < 0 {
-			i = len(s.queue)
-		}
-		s.queue = slices.Insert(s.queue, i, j)
-	} else {
-		s.queue = append(s.queue, j)
+	// The exclusive jobs first, in the order they came; then the others,
+	// the longest first, in the order they came among equals.
+	i := slices.IndexFunc(s.queue, func(q *job) bool {
+		return exclusive && !q.exclusive || !exclusive && !q.exclusive && q.estimate < estimate
+	})
+	if i < 0 {
+		i = len(s.queue)
 	}
+	s.queue = slices.Insert(s.queue, i, j)
 	return j
 }
 
@@ -203,4 +206,23 @@ func protect(ctx context.Context, run func(context.Context) (report.Row, error))
 		}
 	}()
 	return run(ctx)
+}
+
+// estimate is how long a run of sc for cfg is expected to take, to order
+// the scheduler's queue: the chaos scenarios' schedule, the baseline's and
+// the failover load's durations, the node scenarios' cuts, else a few
+// leases (the holder scenarios wait for one to expire).
+func estimate(sc *Scenario, cfg *Config) time.Duration {
+	ch := cfg.Chaos
+	switch {
+	case sc.Family == FamilyChaos:
+		return max(ch.Duration, time.Duration(ch.Pauses)*(ch.Pause+ch.Interval))
+	case sc.Name == Baseline || sc.Name == Control:
+		return cfg.Duration
+	case sc.Name == FailoverLoad:
+		return ch.Duration
+	case sc.Family == FamilyNodes || sc.Family == FamilyCluster:
+		return 10 * time.Second
+	}
+	return 3 * cfg.Lease
 }
