@@ -49,7 +49,7 @@ type job struct {
 	run       func(ctx context.Context) (report.Row, error)
 	exclusive bool
 	estimate  time.Duration // how long it is expected to take
-	queued    bool // in the scheduler's queue (Ginkgo was expected to run its spec)
+	queued    bool          // in the scheduler's queue (Ginkgo was expected to run its spec)
 	started   bool
 	consumed  bool // a spec took its result: another attempt (Ginkgo's repeats) runs anew
 	done      chan struct{}
