@@ -53,6 +53,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
@@ -175,16 +176,30 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The store first: the services it is tried on are provided in order
-	// until one is available.
+	// The services asked for start at once: most of their time is spent
+	// waiting for a server to listen. Then the store, on the first of its
+	// candidates that is available (provided now if it was not asked for).
+	all := services()
+	made := make([]provided, len(all))
+	var wg sync.WaitGroup
+	for i, s := range all {
+		if want[s.name] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				made[i] = s.provide(ctx)
+			}()
+		}
+	}
+	wg.Wait()
+	for i, s := range all { // in the table's order: Close stops them in reverse
+		if want[s.name] {
+			e.add(s, made[i])
+		}
+	}
 	if err := e.openStore(ctx, candidates, o.store); err != nil {
 		e.Close()
 		return nil, err
-	}
-	for _, s := range services() {
-		if want[s.name] && e.endpoint[s.name] == "" && e.Unavailable[s.name] == nil {
-			e.provide(ctx, s)
-		}
 	}
 	for _, n := range names {
 		if s, ok := serviceOf(n); ok && s.name != n && e.Unavailable[s.name] != nil {
@@ -194,8 +209,18 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	return e, nil
 }
 
+// provided is what provide made of a service: a server started or named,
+// the connection to it, or why it could not be had.
+type provided struct {
+	srv   servers.Server
+	named *conn // the environment's connection, if it named the server
+	mc    *conn // connect's, for a server started here
+	err   error
+}
+
 // provide starts service s or connects to the one the environment names.
-func (e *Env) provide(ctx context.Context, s *service) {
+// It touches no Env: add records what it made.
+func (s *service) provide(ctx context.Context) provided {
 	timeout := s.timeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
@@ -204,39 +229,46 @@ func (e *Env) provide(ctx context.Context, s *service) {
 	defer cancel()
 	c, err := s.named()
 	if err != nil {
-		e.Unavailable[s.name] = err
-		return
+		return provided{err: err}
 	}
-	var srv servers.Server
+	var p provided
 	if c != nil {
-		srv, err = servers.External(s.name, c.endpoint), s.check(ctx, c)
-		e.conns[s.name] = c
-	} else {
-		srv, err = s.start(ctx)
+		p.srv, p.named, p.err = servers.External(s.name, c.endpoint), c, s.check(ctx, c)
+		return p
 	}
-	if err != nil {
-		e.Unavailable[s.name] = err
+	if p.srv, p.err = s.start(ctx); p.err != nil {
+		return p
+	}
+	if s.connect != nil {
+		if p.mc, p.err = s.connect(p.srv); p.err != nil {
+			_ = p.srv.Stop()
+		}
+	}
+	return p
+}
+
+// add records what provide made of s.
+func (e *Env) add(s *service, p provided) {
+	if p.named != nil {
+		e.conns[s.name] = p.named
+	}
+	if p.err != nil {
+		e.Unavailable[s.name] = p.err
 		return
 	}
-	if c == nil && s.connect != nil {
-		mc, err := s.connect(srv)
-		if err != nil {
-			_ = srv.Stop()
-			e.Unavailable[s.name] = err
-			return
-		}
-		e.conns[s.name] = mc
+	if p.mc != nil {
+		e.conns[s.name] = p.mc
 	}
-	e.servers = append(e.servers, srv)
-	e.endpoint[s.name] = srv.Endpoint()
-	if mc := e.conns[s.name]; c == nil && mc != nil {
-		e.endpoint[s.name] = mc.endpoint // kube: the kubeconfig, as KUBECONFIG names one
+	e.servers = append(e.servers, p.srv)
+	e.endpoint[s.name] = p.srv.Endpoint()
+	if p.mc != nil {
+		e.endpoint[s.name] = p.mc.endpoint // kube: the kubeconfig, as KUBECONFIG names one
 	}
-	if cl, ok := srv.(servers.Cluster); ok {
+	if cl, ok := p.srv.(servers.Cluster); ok {
 		e.clusters[s.name] = cl
 	}
-	if c == nil && s.servers != nil {
-		e.started[s.name] = s.servers(s, srv)
+	if p.named == nil && s.servers != nil {
+		e.started[s.name] = s.servers(s, p.srv)
 	}
 }
 
