@@ -26,6 +26,12 @@
 #     ${XDG_CACHE_HOME:-~/.cache}/locksuite/kube-apiserver-1.37.2, for the
 #     k8s-lease and leader-election backends. With LOCKSUITE_KUBE_APISERVER
 #     naming a kube-apiserver binary it builds nothing.
+#   - kubelet, kube-controller-manager and kube-scheduler 1.37.2, built in the
+#     same go build as kube-apiserver and cached beside it (each named by
+#     LOCKSUITE_KUBELET, LOCKSUITE_KUBE_CONTROLLER_MANAGER,
+#     LOCKSUITE_KUBE_SCHEDULER instead), and containerd, runc and
+#     containernetworking-plugins (apt), for the single-node Kubernetes
+#     cluster the harness starts (servers.StartKubeCluster)
 # etcd and NATS need nothing: the harness embeds the real servers.
 #
 # From another repository (a lock library's CI, see ci/README.md), run it by
@@ -142,15 +148,63 @@ else
 fi
 "$consul_bin" version | head -1 2>/dev/null || true
 
-kube_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/kube-apiserver-1.37.2"
-if [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ]; then
-  echo "ci/setup.sh: using LOCKSUITE_KUBE_APISERVER=$LOCKSUITE_KUBE_APISERVER"
-  kube_bin=$LOCKSUITE_KUBE_APISERVER
-else
-  # The version variables make /version and the binary's --version say
+# build_kube NAME... builds the Kubernetes components NAME (kube-apiserver,
+# kubelet, kube-controller-manager, kube-scheduler) of the version the
+# tools module harness/kubebuild pins, the missing ones in ONE go build so
+# that they share its compile, and caches each at
+# ${XDG_CACHE_HOME:-~/.cache}/locksuite/NAME-1.37.2. A component whose
+# variable names a binary (LOCKSUITE_KUBE_APISERVER, LOCKSUITE_KUBELET,
+# LOCKSUITE_KUBE_CONTROLLER_MANAGER, LOCKSUITE_KUBE_SCHEDULER) is not built.
+build_kube() {
+  local version=1.37.2 cache="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite" name var pkgs=() names=() dir out start
+  local v=k8s.io/component-base/version
+  for name in "$@"; do
+    var=LOCKSUITE_$(echo "$name" | tr 'a-z-' 'A-Z_')
+    if [ -n "${!var:-}" ]; then
+      echo "ci/setup.sh: using $var=${!var}"
+    elif [ -x "$cache/$name-$version" ]; then
+      echo "ci/setup.sh: $name $version cached at $cache/$name-$version"
+    else
+      names+=("$name"); pkgs+=("k8s.io/kubernetes/cmd/$name")
+    fi
+  done
+  [ ${#names[@]} -gt 0 ] || return 0
+  echo "ci/setup.sh: building ${names[*]} $version from source in one go build (kube-apiserver alone: about 5 minutes on an idle 2-core machine, 20 on a busy one; each further component adds a few) into $cache"
+  dir=$(build_dir kubebuild "${names[*]}" "LOCKSUITE_KUBE_APISERVER (and LOCKSUITE_KUBELET, ...) to binaries of Kubernetes 1.37.x")
+  mkdir -p "$cache"
+  out=$(mktemp -d "$cache/.kube-build.XXXXXX")
+  start=$SECONDS
+  # The version variables make /version and each binary's --version say
   # v1.37.2, as a release build does (hack/lib/version.sh sets them).
-  v=k8s.io/component-base/version
-  build_once "$kube_bin" kube-apiserver 1.37.2 5 kubebuild "LOCKSUITE_KUBE_APISERVER to a kube-apiserver 1.37.x binary" k8s.io/kubernetes/cmd/kube-apiserver \
-    -ldflags "-X $v.gitVersion=v1.37.2 -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean"
-fi
+  if ! (cd "$dir" && go build -trimpath -o "$out/" \
+      -ldflags "-X $v.gitVersion=v$version -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean" "${pkgs[@]}"); then
+    rm -rf "$out"; return 1
+  fi
+  for name in "${names[@]}"; do mv "$out/$name" "$cache/$name-$version"; done
+  rm -rf "$out"
+  echo "ci/setup.sh: ${names[*]} built in $((SECONDS - start))s"
+}
+
+# install_kube_node installs what the node of the Kubernetes cluster
+# (servers.StartKubeCluster) runs besides kubelet: Debian's containerd 1.6
+# (with ctr and the runc shim), runc, and the CNI plugins
+# (containernetworking-plugins: bridge, host-local, loopback). The harness
+# runs a containerd of its own; a system one the package may start is
+# stopped.
+install_kube_node() {
+  local missing=()
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] || missing+=(containernetworking-plugins)
+  [ ${#missing[@]} -gt 0 ] || return 0
+  echo "ci/setup.sh: installing ${missing[*]} (the node of the Kubernetes cluster)"
+  apt_install "${missing[@]}"
+  as_root service containerd stop >/dev/null 2>&1 || true
+}
+
+# The Kubernetes cluster (kube-apiserver alone is what the k8s-lease and
+# leader-election backends need).
+install_kube_node
+build_kube kube-apiserver kubelet kube-controller-manager kube-scheduler
+kube_bin=${LOCKSUITE_KUBE_APISERVER:-${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/kube-apiserver-1.37.2}
 "$kube_bin" --version 2>/dev/null || true
