@@ -196,6 +196,7 @@ install_kube_node() {
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
   [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
   [ ${#missing[@]} -gt 0 ] || return 0
   echo "ci/setup.sh: installing ${missing[*]} (the node of the Kubernetes cluster)"
   apt_install "${missing[@]}"
