@@ -192,7 +192,7 @@ func kubeClusterBinaries() (map[string]string, string, error) {
 	for _, comp := range KubeComponents {
 		p, err := KubeBinary(comp)
 		if err != nil {
-			return nil, "", &Unavailable{"kubernetes", err, "run ci/setup.sh with the Kubernetes cluster (builds " + fmt.Sprint(KubeComponents) + " " + KubeAPIServerVersion + " in one go build), or set LOCKSUITE_" + "<COMPONENT> to a binary of each"}
+			return nil, "", &Unavailable{"kubernetes", err, "run ci/setup.sh (it builds kube-apiserver, kubelet, kube-controller-manager and kube-scheduler " + KubeAPIServerVersion + " in one go build), or set LOCKSUITE_KUBE_APISERVER, LOCKSUITE_KUBELET, LOCKSUITE_KUBE_CONTROLLER_MANAGER and LOCKSUITE_KUBE_SCHEDULER to binaries"}
 		}
 		bins[comp] = p
 	}

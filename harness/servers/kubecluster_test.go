@@ -472,3 +472,16 @@ func TestKubeClusterKilled(t *testing.T) {
 	}
 	checkLeftovers(t, before, dir, cgroup)
 }
+
+// TestKubeBadInput: a node count out of range and an unknown component are
+// refused with errors that say what is accepted, before anything starts.
+func TestKubeBadInput(t *testing.T) {
+	for _, n := range []int{0, kubeMaxNodes + 1} {
+		if _, err := StartKubeCluster(context.Background(), n); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("1 to %d nodes", kubeMaxNodes)) {
+			t.Errorf("StartKubeCluster(%d): %v, want an error naming the range", n, err)
+		}
+	}
+	if _, err := KubeBinary("kube-proxy"); err == nil || !strings.Contains(err.Error(), "kubelet") {
+		t.Errorf("KubeBinary(kube-proxy): %v, want an error listing the components", err)
+	}
+}
