@@ -153,4 +153,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
+require (
+	github.com/google/go-containerregistry v0.22.1
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+)
+
 tool github.com/onsi/ginkgo/v2/ginkgo

@@ -48,6 +48,14 @@
 #                   it builds nothing.
 #   etcd, etcd-cluster, nats, nats-cluster
 #                   nothing: the harness embeds the real servers
+#   kube-cluster    a Kubernetes cluster of the harness's own
+#                   (servers.StartKubeCluster): kubelet,
+#                   kube-controller-manager and kube-scheduler 1.37.2 built in
+#                   the same go build as kube-apiserver and cached beside it
+#                   (each named by LOCKSUITE_KUBELET,
+#                   LOCKSUITE_KUBE_CONTROLLER_MANAGER, LOCKSUITE_KUBE_SCHEDULER
+#                   instead), and Debian's containerd, runc,
+#                   containernetworking-plugins and iptables for its nodes
 #   tests           chromium (apt), for the test that opens the HTML
 #                   timelines headless, and docker-compose (apt), only to
 #                   validate docker-compose.yml (no engine)
@@ -67,7 +75,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # services is every name plan knows, in suite/local's table order, then
 # tests.
-services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster tests"
+services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster kube-cluster tests"
 
 # plan SERVICE prints what SERVICE needs, one "apt PACKAGE" or "build
 # BINARY" line each; it fails for an unknown SERVICE. A new service adds
@@ -82,6 +90,9 @@ plan() {
     zookeeper | zookeeper-ensemble) echo "apt zookeeper" ;;
     consul | consul-cluster) echo "build consul" ;;
     kube) echo "build kube-apiserver" ;;
+    kube-cluster)
+      echo "apt containerd"; echo "apt runc"; echo "apt containernetworking-plugins"; echo "apt iptables"
+      for c in $kube_components; do echo "build $c"; done ;;
     etcd | etcd-cluster | nats | nats-cluster) ;; # embedded
     tests) echo "apt chromium"; echo "apt docker-compose" ;;
     *) return 1 ;;
@@ -102,21 +113,30 @@ have() {
     zookeeper) [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null ;;
     chromium) command -v chromium >/dev/null || command -v chromium-browser >/dev/null ;;
     docker-compose) command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 ;;
+    containerd | runc | iptables) command -v "$1" >/dev/null ;;
+    containernetworking-plugins) [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] ;;
     *) return 1 ;;
   esac
 }
 
 consul_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/consul-1.13.9"
-kube_bin="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite/kube-apiserver-1.37.2"
-if [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ]; then kube_bin=$LOCKSUITE_KUBE_APISERVER; fi
 if [ -n "${LOCKSUITE_CONSUL:-}" ]; then consul_bin=$LOCKSUITE_CONSUL; fi
+kube_version=1.37.2
+kube_components="kube-apiserver kubelet kube-controller-manager kube-scheduler"
+kube_cache="${XDG_CACHE_HOME:-$HOME/.cache}/locksuite"
+# kube_var NAME is the variable that names a built Kubernetes component
+# instead of its build: LOCKSUITE_KUBE_APISERVER, LOCKSUITE_KUBELET, ...
+kube_var() { echo "LOCKSUITE_$(echo "$1" | tr 'a-z-' 'A-Z_')"; }
 
 # built BINARY reports whether the build of BINARY is not needed: cached,
 # or named by its variable.
 built() {
   case $1 in
     consul) [ -n "${LOCKSUITE_CONSUL:-}" ] || [ -x "$consul_bin" ] ;;
-    kube-apiserver) [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ] || [ -x "$kube_bin" ] ;;
+    kube-apiserver | kubelet | kube-controller-manager | kube-scheduler)
+      local var
+      var=$(kube_var "$1")
+      [ -n "${!var:-}" ] || [ -x "$kube_cache/$1-$kube_version" ] ;;
   esac
 }
 
@@ -192,13 +212,37 @@ build() {
   echo "ci/setup.sh: $name $version built in $((SECONDS - start))s into $bin"
 }
 
+# build_kube NAME... builds the Kubernetes components NAME of the version the
+# tools module harness/kubebuild pins in ONE go build, so that they share
+# its compile, and caches each at $kube_cache/NAME-$kube_version. The version
+# variables make /version and each binary's --version say v1.37.2, as a
+# release build does (hack/lib/version.sh sets them).
+build_kube() {
+  local v=k8s.io/component-base/version pkgs=() dir out start name
+  for name in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
+  dir=$(build_dir kubebuild "$*" "$(for name in "$@"; do kube_var "$name"; done | paste -sd, -) to binaries of Kubernetes 1.37.x")
+  mkdir -p "$kube_cache"
+  out=$(mktemp -d "$kube_cache/.kube-build.XXXXXX")
+  start=$SECONDS
+  if ! (cd "$dir" && go build -trimpath -o "$out/" \
+      -ldflags "-X $v.gitVersion=v$kube_version -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean" "${pkgs[@]}"); then
+    rm -rf "$out"
+    return 1
+  fi
+  for name in "$@"; do mv "$out/$name" "$kube_cache/$name-$kube_version"; done
+  rm -rf "$out"
+  echo "ci/setup.sh: $* built in $((SECONDS - start))s into $kube_cache"
+}
+
 logs=$(mktemp -d "${TMPDIR:-/tmp}/locksuite-setup-XXXXXX")
 builds=()
 # Builds still running when the script ends early are stopped, and their
 # logs removed.
 trap 'for p in "${builds[@]}"; do kill "${p%%:*}" 2>/dev/null || true; done; rm -rf "$logs"' EXIT
 
-# The builds first, in the background.
+# The builds first, in the background; the Kubernetes components in one go
+# build, so that they share its compile.
+kube_todo=()
 for item in "${todo[@]}"; do
   read -r how what <<<"$item"
   [ "$how" = build ] || continue
@@ -208,18 +252,18 @@ for item in "${todo[@]}"; do
       build "$consul_bin" consul 1.13.9 consulbuild "LOCKSUITE_CONSUL to a consul 1.13.x binary" github.com/hashicorp/consul \
         >"$logs/consul" 2>&1 &
       ;;
-    kube-apiserver)
-      echo "ci/setup.sh: building kube-apiserver 1.37.2 from source (about 5 minutes, once) into $kube_bin"
-      # The version variables make /version and the binary's --version say
-      # v1.37.2, as a release build does (hack/lib/version.sh sets them).
-      v=k8s.io/component-base/version
-      build "$kube_bin" kube-apiserver 1.37.2 kubebuild "LOCKSUITE_KUBE_APISERVER to a kube-apiserver 1.37.x binary" k8s.io/kubernetes/cmd/kube-apiserver \
-        -ldflags "-X $v.gitVersion=v1.37.2 -X $v.gitMajor=1 -X $v.gitMinor=37 -X $v.gitTreeState=clean" \
-        >"$logs/kube-apiserver" 2>&1 &
+    kube-apiserver | kubelet | kube-controller-manager | kube-scheduler)
+      kube_todo+=("$what")
+      continue
       ;;
   esac
   builds+=("$!:$what")
 done
+if [ ${#kube_todo[@]} -gt 0 ]; then
+  echo "ci/setup.sh: building ${kube_todo[*]} $kube_version from source in one go build (kube-apiserver alone: about 5 minutes on an idle 2-core machine; each further component adds a few) into $kube_cache"
+  build_kube "${kube_todo[@]}" >"$logs/kubernetes" 2>&1 &
+  builds+=("$!:kubernetes")
+fi
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
@@ -248,6 +292,7 @@ if [ ${#pkgs[@]} -gt 0 ]; then
       redis-server | redis-sentinel) svc=$p ;;
       postgresql*) svc=postgresql ;;
       mariadb-server) svc=mariadb ;;
+      containerd) svc=containerd ;; # the cluster's node runs a containerd of its own
       *) continue ;;
     esac
     as_root service "$svc" stop >/dev/null 2>&1 || true
@@ -284,13 +329,16 @@ for item in "${items[@]}"; do
       fi
       "$consul_bin" version 2>/dev/null | head -1 || true
       ;;
-    "build kube-apiserver")
-      if [ -n "${LOCKSUITE_KUBE_APISERVER:-}" ]; then
-        echo "ci/setup.sh: using LOCKSUITE_KUBE_APISERVER=$LOCKSUITE_KUBE_APISERVER"
+    "build kube-apiserver" | "build kubelet" | "build kube-controller-manager" | "build kube-scheduler")
+      c=${item#build }
+      var=$(kube_var "$c")
+      bin=${!var:-$kube_cache/$c-$kube_version}
+      if [ -n "${!var:-}" ]; then
+        echo "ci/setup.sh: using $var=${!var}"
       elif ! todo_has "$item"; then
-        echo "ci/setup.sh: kube-apiserver 1.37.2 cached at $kube_bin"
+        echo "ci/setup.sh: $c $kube_version cached at $bin"
       fi
-      "$kube_bin" --version 2>/dev/null || true
+      "$bin" --version 2>/dev/null || true
       ;;
   esac
 done

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,15 +33,36 @@ import (
 // source by ci/setup.sh from the tools module in harness/kubebuild.
 const KubeAPIServerVersion = "1.37.2"
 
-// KubeAPIServerBinary finds the kube-apiserver binary: $LOCKSUITE_KUBE_APISERVER
-// if set, then the build cache (<user cache dir>/locksuite/kube-apiserver-<version>),
-// then PATH.
-func KubeAPIServerBinary() (string, error) {
-	return findBinary("LOCKSUITE_KUBE_APISERVER", KubeAPIServerCachePath(), "kube-apiserver")
+// KubeAPIServerBinary is KubeBinary("kube-apiserver").
+func KubeAPIServerBinary() (string, error) { return KubeBinary("kube-apiserver") }
+
+// KubeAPIServerCachePath is KubeCachePath("kube-apiserver").
+func KubeAPIServerCachePath() string { return KubeCachePath("kube-apiserver") }
+
+// KubeComponents are the Kubernetes programs the harness runs, all of
+// version KubeAPIServerVersion: kube-apiserver for the Lease backends, and
+// the other three for the cluster of StartKubeCluster. ci/setup.sh builds
+// the missing ones in one go build from the tools module harness/kubebuild.
+var KubeComponents = []string{"kube-apiserver", "kubelet", "kube-controller-manager", "kube-scheduler"}
+
+// KubeBinary finds the binary of component, one of KubeComponents: the
+// file that $LOCKSUITE_<COMPONENT> names if it is set (the name in upper
+// case, '-' as '_': LOCKSUITE_KUBE_APISERVER, LOCKSUITE_KUBELET,
+// LOCKSUITE_KUBE_CONTROLLER_MANAGER, LOCKSUITE_KUBE_SCHEDULER), then the
+// build cache (KubeCachePath), then PATH.
+func KubeBinary(component string) (string, error) {
+	if !slices.Contains(KubeComponents, component) {
+		return "", fmt.Errorf("servers: KubeBinary(%q): not one of %v", component, KubeComponents)
+	}
+	env := "LOCKSUITE_" + strings.ToUpper(strings.ReplaceAll(component, "-", "_"))
+	return findBinary(env, KubeCachePath(component), component)
 }
 
-// KubeAPIServerCachePath is where ci/setup.sh leaves the binary it builds.
-func KubeAPIServerCachePath() string { return buildCachePath("kube-apiserver-" + KubeAPIServerVersion) }
+// KubeCachePath is where ci/setup.sh leaves the binary of component that it
+// builds: <user cache dir>/locksuite/<component>-<KubeAPIServerVersion>.
+func KubeCachePath(component string) string {
+	return buildCachePath(component + "-" + KubeAPIServerVersion)
+}
 
 // Kube is a Kubernetes API that the suite's Lease objects live in: one the
 // harness started (KubeAPIServer) or a cluster of the user's own
@@ -186,53 +208,15 @@ func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
 		s.Stop()
 		return nil, &Unavailable{"kube-apiserver", err, fix}
 	}
-	certs, err := newPKI(dir, -1, -1)
+	f, err := newKubeFiles(dir, s.token+`,locksuite,locksuite,"system:masters"`)
 	if err != nil {
-		return fail(err, "a writable temporary directory")
+		return fail(err, "a writable temporary directory and a working crypto/rand")
 	}
-	s.ca = certs.ca
-	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return fail(err, "a working crypto/rand")
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(saKey)
-	if err != nil {
-		return fail(err, "a working crypto/x509")
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
-	if err != nil {
-		return fail(err, "a working crypto/x509")
-	}
-	saPath, saPub := filepath.Join(dir, "service-account.key"), filepath.Join(dir, "service-account.pub")
-	if err := writePEM(saPath, "PRIVATE KEY", der, 0o600, -1, -1); err != nil {
-		return fail(err, "a writable temporary directory")
-	}
-	if err := writePEM(saPub, "PUBLIC KEY", pub, 0o644, -1, -1); err != nil {
-		return fail(err, "a writable temporary directory")
-	}
-	tokens := filepath.Join(dir, "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(s.token+`,locksuite,locksuite,"system:masters"`+"\n"), 0o600); err != nil {
-		return fail(err, "a writable temporary directory")
-	}
+	s.ca = f.certs.ca
 	if s.etcd, err = StartEtcd(ctx); err != nil {
 		return fail(err, "see the etcd error")
 	}
-	argv := []string{bin,
-		"--etcd-servers=" + s.etcd.URL(),
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
-		"--tls-cert-file=" + certs.serverCert, "--tls-private-key-file=" + certs.serverKey,
-		"--cert-dir=" + filepath.Join(dir, "certs"),
-		"--token-auth-file=" + tokens, "--anonymous-auth=false",
-		"--authorization-mode=AlwaysAllow",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + saPub, "--service-account-signing-key-file=" + saPath,
-		"--service-cluster-ip-range=10.0.0.0/24",
-		"--enable-admission-plugins=NamespaceLifecycle",
-		"--disable-admission-plugins=" + strings.Join(kubeDisabledAdmission, ","),
-		"--enable-priority-and-fairness=false",
-		"--endpoint-reconciler-type=none",
-		"--profiling=false",
-	}
+	argv := kubeAPIServerArgv(bin, s.etcd.URL(), "127.0.0.1", port, dir, f)
 	s.m = &Member{name: "kube-apiserver", addr: s.addr, dir: dir, start: func() (*proc, error) {
 		return startMemberProc("kube-apiserver", dir, nil, argv...)
 	}}
@@ -253,9 +237,18 @@ func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
 	if err != nil {
 		return fail(err, "see the log above")
 	}
-	nsc, err := kubeNamespaces(s.RestConfig())
+	if err := createKubeNamespace(ctx, s.RestConfig()); err != nil {
+		return fail(err, "see the server's log")
+	}
+	return s, nil
+}
+
+// createKubeNamespace makes the namespace "locksuite" through cfg, trying
+// for up to 30 s (a server that just became ready may still refuse).
+func createKubeNamespace(ctx context.Context, cfg *rest.Config) error {
+	nsc, err := kubeNamespaces(cfg)
 	if err != nil {
-		return fail(err, "a readable test CA")
+		return err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kubeNamespace}}
 	err = faults.WaitHealthy(ctx, 30*time.Second, func(ctx context.Context) error {
@@ -266,9 +259,74 @@ func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
 		return err
 	})
 	if err != nil {
-		return fail(fmt.Errorf("create namespace %s: %w", kubeNamespace, err), "see the server's log")
+		return fmt.Errorf("create namespace %s: %w", kubeNamespace, err)
 	}
-	return s, nil
+	return nil
+}
+
+// kubeFiles are what a kube-apiserver of the harness reads: a test CA and
+// a server certificate for 127.0.0.1 (newPKI), a service-account signing
+// key (ECDSA P-256) and a static token file.
+type kubeFiles struct {
+	certs        *pki
+	saKey, saPub string // PKCS#8 private key and PKIX public key, PEM
+	tokens       string // the --token-auth-file
+}
+
+// newKubeFiles writes kubeFiles into dir; tokens are the lines of the token
+// file ("token,user,uid,\"group,...\"").
+func newKubeFiles(dir string, tokens ...string) (*kubeFiles, error) {
+	certs, err := newPKI(dir, -1, -1)
+	if err != nil {
+		return nil, err
+	}
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(saKey)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	f := &kubeFiles{certs: certs,
+		saKey: filepath.Join(dir, "service-account.key"), saPub: filepath.Join(dir, "service-account.pub"),
+		tokens: filepath.Join(dir, "tokens.csv")}
+	if err := writePEM(f.saKey, "PRIVATE KEY", der, 0o600, -1, -1); err != nil {
+		return nil, err
+	}
+	if err := writePEM(f.saPub, "PUBLIC KEY", pub, 0o644, -1, -1); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(f.tokens, []byte(strings.Join(tokens, "\n")+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// kubeAPIServerArgv is the command line of kube-apiserver bin serving on
+// bind:port with etcd at etcdURL and the files f, its own files in dir
+// (StartKubeAPIServer says what the flags make of it).
+func kubeAPIServerArgv(bin, etcdURL, bind string, port int, dir string, f *kubeFiles) []string {
+	return []string{bin,
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + bind, "--advertise-address=" + bind, fmt.Sprintf("--secure-port=%d", port),
+		"--tls-cert-file=" + f.certs.serverCert, "--tls-private-key-file=" + f.certs.serverKey,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--token-auth-file=" + f.tokens, "--anonymous-auth=false",
+		"--authorization-mode=AlwaysAllow",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + f.saPub, "--service-account-signing-key-file=" + f.saKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--enable-admission-plugins=NamespaceLifecycle",
+		"--disable-admission-plugins=" + strings.Join(kubeDisabledAdmission, ","),
+		"--enable-priority-and-fairness=false",
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+	}
 }
 
 // kubeReady is nil once GET /readyz answers 200.

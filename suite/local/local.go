@@ -159,6 +159,7 @@ func WithStore(name string) Option { return func(o *options) { o.store = name } 
 // servers and workers whose owning process is gone (tempdir.RemoveStale).
 func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	tempdir.RemoveStale()
+	servers.RemoveStaleKube() // cgroups of a Kubernetes cluster whose process was killed
 	var o options
 	for _, f := range opts {
 		f(&o)

@@ -27,8 +27,9 @@ type scriptError struct {
 
 func (e *scriptError) Error() string { return e.ExitError.Error() + ": " + e.stderr }
 
-// TestSetupServices: ci/setup.sh takes the table's services (and "tests")
-// as arguments, and installs nothing (--list) but what those need:
+// TestSetupServices: ci/setup.sh takes the table's services (and
+// "kube-cluster", the harness's own Kubernetes cluster, and "tests") as
+// arguments, and installs nothing (--list) but what those need:
 // `ci/setup.sh redis postgres` on a machine with none of the services
 // would install redis-server, libfaketime and PostgreSQL only; without an
 // argument, everything, as before services could be named; an unknown name
@@ -46,9 +47,9 @@ func TestSetupServices(t *testing.T) {
 	for _, s := range services() {
 		want = append(want, s.name)
 	}
-	want = append(want, "tests")
+	want = append(want, "kube-cluster", "tests")
 	if got := strings.Fields(line); !slices.Equal(got, want) {
-		t.Errorf("ci/setup.sh's services %q, the table's (and tests) %q", got, want)
+		t.Errorf("ci/setup.sh's services %q, the table's (and kube-cluster, tests) %q", got, want)
 	}
 	for _, s := range services() {
 		if _, err := setupScript(t, "--list", s.name); err != nil {
@@ -66,7 +67,10 @@ func TestSetupServices(t *testing.T) {
 		{[]string{"kube", "zookeeper-ensemble", "mysql"}, []string{"build kube-apiserver", "apt zookeeper", "apt mariadb-server"}},
 		// No argument: what ci/setup.sh installed before it took any.
 		{nil, []string{"build consul", "apt postgresql-15", "apt redis-server", "apt faketime", "apt zookeeper", "apt mariadb-server",
-			"build kube-apiserver", "apt redis-sentinel", "apt chromium", "apt docker-compose"}},
+			"build kube-apiserver", "apt redis-sentinel", "apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
+			"build kubelet", "build kube-controller-manager", "build kube-scheduler", "apt chromium", "apt docker-compose"}},
+		{[]string{"kube-cluster"}, []string{"apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
+			"build kube-apiserver", "build kubelet", "build kube-controller-manager", "build kube-scheduler"}},
 	} {
 		out, err := setupScript(t, append([]string{"--list"}, tc.args...)...)
 		var got []string

@@ -1,0 +1,70 @@
+package servers_test
+
+import (
+	"context"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/locksuite/locksuite/harness/kubeimage"
+	"github.com/locksuite/locksuite/harness/servers"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+)
+
+// ExampleStartKubeCluster starts a cluster of two nodes, imports the image
+// of a static program of this module and runs it as a pod on n1 that
+// dials a listener of this process on n0.
+func ExampleStartKubeCluster() {
+	ctx := context.Background()
+	c, err := servers.StartKubeCluster(ctx, 2) // an *servers.Unavailable, with the fix, when a part is missing
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Stop()
+
+	dir, err := os.MkdirTemp("", "images-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin, err := kubeimage.Static(ctx, dir, "github.com/locksuite/locksuite/cmd/locksuite") // CGO_ENABLED=0
+	if err != nil {
+		log.Fatal(err)
+	}
+	image := filepath.Join(dir, "locksuite.tar")
+	if err := kubeimage.Write(image, "localhost/locksuite/cli:dev", bin); err != nil {
+		log.Fatal(err)
+	}
+	if err := c.ImportImage(ctx, image); err != nil { // into every node's containerd
+		log.Fatal(err)
+	}
+
+	n0 := c.Nodes()[0]
+	ln, err := n0.Listen("tcp", net.JoinHostPort(n0.Addr().String(), "0")) // pods reach it
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	cs, err := corev1client.NewForConfig(c.RestConfig()) // dials through the nodes' network
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = cs.Pods(c.Namespace()).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "cli"},
+		Spec: corev1.PodSpec{
+			NodeName:      c.Nodes()[1].Name(),
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "cli", Image: "localhost/locksuite/cli:dev",
+				ImagePullPolicy: corev1.PullNever, // the cluster pulls from no registry
+				Args:            []string{"help"},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
