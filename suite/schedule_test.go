@@ -69,16 +69,16 @@ func TestScheduler(t *testing.T) {
 	var gates []*gate
 	var jobs []*job
 	for _, j := range []struct {
-		name      string
-		exclusive bool
-		estimate  time.Duration
+		name     string
+		class    class
+		estimate time.Duration
 	}{
-		{"short", false, time.Second}, {"long", false, 10 * time.Second}, {"stall", true, time.Second},
-		{"middle", false, 5 * time.Second}, {"last", false, time.Millisecond},
+		{"short", waits, time.Second}, {"long", waits, 10 * time.Second}, {"stall", exclusive, time.Second},
+		{"middle", waits, 5 * time.Second}, {"last", waits, time.Millisecond},
 	} {
 		g, run := l.job(j.name)
 		gates = append(gates, g)
-		jobs = append(jobs, s.add(run, j.exclusive, j.estimate, []string{j.name}, nil))
+		jobs = append(jobs, s.add(run, j.class, j.estimate, []string{j.name}, nil))
 	}
 	// The spec of "last" waits first: it moves ahead of the others that are
 	// not exclusive, behind the exclusive one.
@@ -118,6 +118,58 @@ func TestScheduler(t *testing.T) {
 	}
 }
 
+// TestSchedulerBusy: busy jobs run at most busySlots at once, the longest
+// first; a job that waits starts in a free slot ahead of a busy one held
+// back.
+func TestSchedulerBusy(t *testing.T) {
+	l := newRunLog()
+	s := newScheduler(3, types.SuiteConfig{})
+	s.busySlots = 1
+	defer s.stop()
+	var gates []*gate
+	var jobs []*job
+	for _, j := range []struct {
+		name     string
+		class    class
+		estimate time.Duration
+	}{
+		{"chaos1", busy, 10 * time.Second}, {"chaos2", busy, 9 * time.Second}, {"lease", waits, time.Second},
+	} {
+		g, run := l.job(j.name)
+		gates = append(gates, g)
+		jobs = append(jobs, s.add(run, j.class, j.estimate, []string{j.name}, nil))
+	}
+	errs := make(chan error, len(jobs))
+	for _, j := range jobs {
+		go func() { _, err := s.await(context.Background(), j); errs <- err }()
+	}
+	started := func(n int) func() bool {
+		return func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.order) >= n }
+	}
+	waitUntil(t, started(2))
+	time.Sleep(50 * time.Millisecond) // a third start, if the bound failed
+	l.mu.Lock()
+	first := sorted(l.order)
+	l.mu.Unlock()
+	close(gates[0].release) // chaos1; then chaos2
+	waitUntil(t, started(3))
+	close(gates[1].release)
+	close(gates[2].release)
+	for range jobs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Equal(first, []string{"chaos1", "lease"}) || len(l.order) != 3 || l.order[2] != "chaos2" {
+		t.Errorf("started %v first, then %v; want chaos1 and lease, then chaos2", first, l.order[len(first):])
+	}
+	if slices.Contains(l.beside["chaos1"], "chaos2") {
+		t.Errorf("the two busy jobs ran at once, busySlots is 1")
+	}
+}
+
 // TestSchedulerCancelAndPanic: a wait cancelled by its spec cancels its
 // job and returns the context's error; a job that panics returns a
 // traffic.PanicError; a second wait for the same job (Ginkgo's repeat)
@@ -127,8 +179,8 @@ func TestSchedulerCancelAndPanic(t *testing.T) {
 	s := newScheduler(2, types.SuiteConfig{})
 	defer s.stop()
 	_, hang := l.job("hang")
-	hung := s.add(hang, false, time.Second, nil, nil)
-	boom := s.add(func(context.Context) (report.Row, error) { panic("boom") }, false, time.Second, nil, nil)
+	hung := s.add(hang, waits, time.Second, nil, nil)
+	boom := s.add(func(context.Context) (report.Row, error) { panic("boom") }, waits, time.Second, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := s.await(ctx, hung); done <- err }()

@@ -44,6 +44,7 @@ func TestSuite(t *testing.T) {
 			cfg := env.Config(n, fenced)
 			cfg.ExpectLoss = !fenced
 			cfg.Chaos.Pauses = 3
+			cfg.Chaos.StallEvery = 3 // a stall within 3 s on the slowest backend too
 			cfg.Chaos.Duration = 3 * time.Second
 			cfg.Artifacts = artifacts
 			cfg.Report = func(r report.Row) { checkArtifacts(t, r) }

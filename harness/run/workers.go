@@ -226,6 +226,15 @@ loop: // the recorder: the workers' events
 			firstErr = fx.Explain(firstErr)
 		}
 		out.Result = &checker.Result{Verdict: checker.Unknown, Reason: firstErr.Error()}
+	} else if w.StallEvery > 0 && fx.Log.Injected() == 0 {
+		sections := len(fx.Rec.Sections())
+		out.Amend = func(res *checker.Result) {
+			if res.Verdict == checker.Kept { // a loss stands: it needed no stall
+				res.Verdict = checker.Unknown
+				res.Reason = fmt.Sprintf("no stall struck: a worker asks for one every %d sections, and none got that far (%d sections in all, %d workers, %v): lower Chaos.StallEvery or lengthen Chaos.Duration",
+					w.StallEvery, sections, w.Count, elapsed.Round(time.Millisecond))
+			}
+		}
 	}
 	return out, nil
 }

@@ -54,8 +54,13 @@ func KubeBinary(component string) (string, error) {
 	if !slices.Contains(KubeComponents, component) {
 		return "", fmt.Errorf("servers: KubeBinary(%q): not one of %v", component, KubeComponents)
 	}
-	env := "LOCKSUITE_" + strings.ToUpper(strings.ReplaceAll(component, "-", "_"))
-	return findBinary(env, KubeCachePath(component), component)
+	return findBinary(KubeBinaryEnv(component), KubeCachePath(component), component)
+}
+
+// KubeBinaryEnv is the variable that names the binary of component:
+// LOCKSUITE_ and the component's name in upper case, '-' as '_'.
+func KubeBinaryEnv(component string) string {
+	return "LOCKSUITE_" + strings.ToUpper(strings.ReplaceAll(component, "-", "_"))
 }
 
 // KubeCachePath is where ci/setup.sh leaves the binary of component that it

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/locksuite/locksuite/harness/servers"
 )
 
 // TestDocsNameTheTable: the hand-written lists agree with the table. This
@@ -58,7 +60,10 @@ func TestDocsNameTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	vars := section(t, string(readme), "## Your own servers", "\nEverything the suite makes")
-	known := map[string]bool{"LOCKSUITE_CONSUL": true, "LOCKSUITE_KUBE_APISERVER": true} // binaries the harness starts
+	known := map[string]bool{"LOCKSUITE_CONSUL": true} // binaries the harness starts
+	for _, c := range servers.KubeComponents {
+		known[servers.KubeBinaryEnv(c)] = true
+	}
 	for _, s := range services() {
 		if !strings.Contains(vars, "`"+s.vars[0]+"`") {
 			t.Errorf("README.md's table of variables does not name %s, the variable of %s", s.vars[0], s.name)
