@@ -57,6 +57,22 @@ func (l *runLog) job(name string) (*gate, func(context.Context) (report.Row, err
 	}
 }
 
+type jobSpec struct {
+	name     string
+	class    class
+	estimate time.Duration
+}
+
+// add queues a gated job on s for each spec.
+func (l *runLog) add(s *scheduler, specs ...jobSpec) (gates []*gate, jobs []*job) {
+	for _, j := range specs {
+		g, run := l.job(j.name)
+		gates = append(gates, g)
+		jobs = append(jobs, s.add(run, j.class, j.estimate, []string{j.name}, nil))
+	}
+	return gates, jobs
+}
+
 // TestScheduler: at most parallel jobs at once; an exclusive job alone,
 // and first; the others longest first; a spec that waits for a job not
 // started moves it ahead; a cancelled wait cancels its job; a panic is an
@@ -66,20 +82,8 @@ func TestScheduler(t *testing.T) {
 	l := newRunLog()
 	s := newScheduler(2, types.SuiteConfig{})
 	defer s.stop()
-	var gates []*gate
-	var jobs []*job
-	for _, j := range []struct {
-		name     string
-		class    class
-		estimate time.Duration
-	}{
-		{"short", waits, time.Second}, {"long", waits, 10 * time.Second}, {"stall", exclusive, time.Second},
-		{"middle", waits, 5 * time.Second}, {"last", waits, time.Millisecond},
-	} {
-		g, run := l.job(j.name)
-		gates = append(gates, g)
-		jobs = append(jobs, s.add(run, j.class, j.estimate, []string{j.name}, nil))
-	}
+	gates, jobs := l.add(s, jobSpec{"short", waits, time.Second}, jobSpec{"long", waits, 10 * time.Second}, jobSpec{"stall", exclusive, time.Second},
+		jobSpec{"middle", waits, 5 * time.Second}, jobSpec{"last", waits, time.Millisecond})
 	// The spec of "last" waits first: it moves ahead of the others that are
 	// not exclusive, behind the exclusive one.
 	last := make(chan error, 1)
@@ -126,19 +130,7 @@ func TestSchedulerBusy(t *testing.T) {
 	s := newScheduler(3, types.SuiteConfig{})
 	s.busySlots = 1
 	defer s.stop()
-	var gates []*gate
-	var jobs []*job
-	for _, j := range []struct {
-		name     string
-		class    class
-		estimate time.Duration
-	}{
-		{"chaos1", busy, 10 * time.Second}, {"chaos2", busy, 9 * time.Second}, {"lease", waits, time.Second},
-	} {
-		g, run := l.job(j.name)
-		gates = append(gates, g)
-		jobs = append(jobs, s.add(run, j.class, j.estimate, []string{j.name}, nil))
-	}
+	gates, jobs := l.add(s, jobSpec{"chaos1", busy, 10 * time.Second}, jobSpec{"chaos2", busy, 9 * time.Second}, jobSpec{"lease", waits, time.Second})
 	errs := make(chan error, len(jobs))
 	for _, j := range jobs {
 		go func() { _, err := s.await(context.Background(), j); errs <- err }()
