@@ -163,6 +163,7 @@ func (w *Workers) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcome
 		firstErr error
 		limit    = time.After(duration + w.Pause + 30*time.Second)
 		stalls   sync.WaitGroup
+		asked    = 0 // stalls the workers asked for
 		stallErr = make(chan error, 1)
 	)
 loop: // the recorder: the workers' events
@@ -177,6 +178,7 @@ loop: // the recorder: the workers' events
 			case "released":
 				w.holding.set(ev.Client, false)
 			case "stall":
+				asked++
 				stalls.Add(1)
 				go func(id int) {
 					defer stalls.Done()
@@ -226,7 +228,7 @@ loop: // the recorder: the workers' events
 			firstErr = fx.Explain(firstErr)
 		}
 		out.Result = &checker.Result{Verdict: checker.Unknown, Reason: firstErr.Error()}
-	} else if w.StallEvery > 0 && fx.Log.Injected() == 0 {
+	} else if w.StallEvery > 0 && asked == 0 {
 		sections := len(fx.Rec.Sections())
 		out.Amend = func(res *checker.Result) {
 			if res.Verdict == checker.Kept { // a loss stands: it needed no stall
