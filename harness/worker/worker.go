@@ -11,7 +11,10 @@
 // section asks the coordinator before its write (a "stall" event) and
 // waits on descriptor 4 until the coordinator answers: meanwhile the
 // coordinator strikes the run's fault (faults.Stall stops the process, or
-// lets only the waiting goroutine wait).
+// lets only the waiting goroutine wait). An Acquire that fails (a session
+// the service dropped while the worker was stopped) is asked again, up to
+// three times in a row; any other error ends the worker with an "error"
+// event.
 package worker
 
 import (
@@ -33,7 +36,12 @@ import (
 	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/internal/spawn"
 	"github.com/locksuite/locksuite/harness/traffic"
+	"github.com/locksuite/locksuite/internal/wait"
 )
+
+// acquireRetries is how many failed Acquires in a row a worker asks again
+// after; the next failure ends it with the error.
+const acquireRetries = 3
 
 // EnvVar carries a worker's Spec.
 const EnvVar = "LOCKSUITE_WORKER"
@@ -128,14 +136,25 @@ func Serve(spec Spec, l backends.Locker, s fencing.Store) error {
 			_, _ = acks.ReadString('\n') // returns once the coordinator's fault has healed
 		},
 	}
+	failed := 0 // Acquires that failed in a row
 	for ctx.Err() == nil {
 		n++
 		err := traffic.Increment(ctx, spec.ID, l, s, rec, spec.Work, hooks)
-		if err == nil {
+		var se *traffic.StepError
+		switch {
+		case err == nil:
 			writes++
+			failed = 0
 			continue
-		}
-		if errors.Is(err, fencing.ErrStale) || ctx.Err() != nil {
+		case errors.Is(err, fencing.ErrStale) || ctx.Err() != nil:
+			continue
+		case errors.As(err, &se) && se.Step == "acquire" && failed < acquireRetries:
+			// No section entered, nothing written: a client whose session
+			// the service dropped while it was stopped asks again, as an
+			// application would.
+			failed++
+			fmt.Fprintf(os.Stderr, "worker %d: %v; asking again\n", spec.ID, err)
+			_ = wait.For(ctx, 10*time.Millisecond)
 			continue
 		}
 		emit(Event{Kind: "error", T: rec.Now(), Err: err.Error()})
