@@ -22,6 +22,12 @@ const NoStore = "no counter store (Target.NewStore is nil)"
 // probeTimeout bounds the first Acquire of a free lock.
 const probeTimeout = 10 * time.Second
 
+// slowDrainMS is a drain worth reporting: far longer than a grant.
+const slowDrainMS = 100
+
+// drainTimeout bounds the wait for the lock to be free before a point.
+const drainTimeout = 30 * time.Second
+
 // Run measures t as o says: first every point with an empty critical
 // section, one per number of clients, then the store-write points, per
 // fencing mode, then the takeovers. All points share one set of clients
@@ -65,7 +71,9 @@ func points(ctx context.Context, t Target, id string, o Options, res *Result) (e
 		res.Error = mkErr.Error()
 		return 0, false
 	}
-	fence, err := probe(ctx, lockers[0])
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	fence, err := probe(pctx, lockers[0])
+	cancel()
 	if err != nil {
 		res.Error = err.Error()
 		return 0, false
@@ -119,10 +127,19 @@ func points(ctx context.Context, t Target, id string, o Options, res *Result) (e
 	return expiry, hasTTL
 }
 
-// point runs one point: the lockers contend for o.Rounds+1 windows, the
-// first discarded.
+// point runs one point: once client 0 has had the lock (the drain), the
+// lockers contend for o.Rounds+1 windows, the first discarded.
 func point(ctx context.Context, lockers []backends.Locker, sec Section, fenced bool, do section, o Options, reads func() int64) Point {
 	p := Point{Clients: len(lockers), Section: sec, Fenced: fenced}
+	t0 := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, drainTimeout)
+	_, err := probe(dctx, lockers[0])
+	cancel()
+	if err != nil {
+		p.Error = fmt.Sprintf("the lock was not free within %v before the point: %v", drainTimeout, err)
+		return p
+	}
+	p.DrainMS = ms(time.Since(t0))
 	window := o.Duration / time.Duration(o.Rounds+1)
 	rounds, err := contend(ctx, lockers, do, window, o.Rounds+1, reads)
 	if err != nil {
@@ -199,8 +216,12 @@ func (p Point) summary() string {
 	case p.Error != "":
 		return what + ": failed: " + p.Error
 	}
-	return fmt.Sprintf("%s: %.0f grants/s (%.0f–%.0f), p50 %.3g ms, Jain %.2f (fairest %.2f), %d starved (fewest %d)", what,
+	s := fmt.Sprintf("%s: %.0f grants/s (%.0f–%.0f), p50 %.3f ms, Jain %.2f (fairest %.2f), %d starved (fewest %d)", what,
 		p.GrantsPerSec.Median, p.GrantsPerSec.Min, p.GrantsPerSec.Max, p.Cycle.P50.Median, p.Fairness.Jain, p.Fairness.FairestJain, p.Fairness.Starved, p.Fairness.FewestStarved)
+	if p.DrainMS >= slowDrainMS {
+		s += fmt.Sprintf("; the lock was free for client 0 only after %.0f ms", p.DrainMS)
+	}
+	return s
 }
 
 // clients is "1 client" or "n clients".
@@ -235,12 +256,10 @@ func makeLockers(ctx context.Context, t Target, n int, key string, dial Dialer) 
 	return out, nil
 }
 
-// probe acquires and releases the free lock once, so that the client has
-// connected, and returns the grant's fence.
+// probe acquires and releases the lock once, within ctx, and returns the
+// grant's fence.
 func probe(ctx context.Context, l backends.Locker) (uint64, error) {
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	lease, err := l.Acquire(pctx)
+	lease, err := l.Acquire(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bench: the first Acquire of a free lock: %w", err)
 	}

@@ -13,8 +13,13 @@ import (
 
 // settle is how long the waiter waits for the lock, at least, before the
 // holder is faulted, so that it has asked (queued, watched or polled) by
-// then.
-const settle = 100 * time.Millisecond
+// then: a quarter of the TTL, at most 100 ms.
+func settle(ttl time.Duration) time.Duration {
+	if ttl > 0 {
+		return min(100*time.Millisecond, ttl/4)
+	}
+	return 100 * time.Millisecond
+}
 
 // errNoPath: the holder dials nothing through its fault path.
 var errNoPath = errors.New("the Locker makes no connection through the dialer it is given (suite.Client.Dial), so the harness cannot cut it off")
@@ -23,11 +28,13 @@ var errNoPath = errors.New("the Locker makes no connection through the dialer it
 // a holder (a new client each round, dialling through a fault path of its
 // own) acquires; a waiter (one client for all rounds) asks; the holder is
 // faulted; the takeover is the time from the fault to the waiter's grant,
-// given up after bound. The fault strikes settle plus a random part of the
-// lease (uniform, below the TTL) after the grant, so that the rounds see
-// it at different points of the holder's renewal cycle: a takeover from a
-// frozen holder lies between the expiry less the renewal interval and the
-// expiry.
+// given up after bound. The fault strikes settle plus a random time
+// below half the TTL after the grant, so that the rounds see it at
+// different points of the holder's renewal cycle (every renewing Locker
+// here renews at least every half TTL): a takeover from a frozen holder
+// lies between the expiry less the renewal interval and the expiry. A
+// lease that is not renewed (redis) is freed a TTL after its grant,
+// whatever became of its holder: its takeover is what was left of it.
 func takeovers(ctx context.Context, t Target, key string, o Options, bound time.Duration) []Takeover {
 	var out []Takeover
 	if len(o.Faults) == 0 {
@@ -50,9 +57,9 @@ func takeovers(ctx context.Context, t Target, key string, o Options, bound time.
 				tk.Error = ctx.Err().Error()
 				break
 			}
-			wait := settle
-			if ttl > 0 {
-				wait += rand.N(ttl)
+			wait := settle(ttl)
+			if ttl > 1 {
+				wait += rand.N(ttl / 2)
 			}
 			d, ok, err := takeover(ctx, t, key, 1+r, waiter, f, wait, bound)
 			if errors.Is(err, errNoPath) {
@@ -124,6 +131,7 @@ func takeover(ctx context.Context, t Target, key string, id int, waiter backends
 	actx, cancel := context.WithTimeout(ctx, probeTimeout)
 	lease, err = holder.Acquire(actx)
 	cancel()
+	grantedAt := time.Now()
 	if err != nil {
 		lease = nil
 		return 0, false, fmt.Errorf("the holder's Acquire of a free lock: %w", err)
@@ -159,7 +167,7 @@ func takeover(ctx context.Context, t Target, key string, id int, waiter backends
 		if g.err != nil {
 			return 0, false, fmt.Errorf("the waiter's Acquire: %w", g.err)
 		}
-		return 0, false, errors.New("the waiter got the lock while the holder held it, before any fault: the lock is broken")
+		return 0, false, fmt.Errorf("the waiter got the lock %v after the holder's grant, before any fault: a lease shorter than that, not renewed, or a broken lock", time.Since(grantedAt).Round(time.Millisecond))
 	case <-time.After(wait):
 	}
 	t0 := time.Now()
