@@ -44,6 +44,7 @@ func parseBench(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.IntVar(&o.opts.Rounds, "rounds", 3, "rounds measured per point, and takeovers timed per fault; each figure is the median of the rounds, with the least and the greatest")
 	fencingF := fs.String("fencing", "off,on", "fencing modes of the points with a store write: off, on, or off,on (both: the tables give on ÷ off, the cost of fencing)")
 	takeoverF := fs.String("takeover", "killed,frozen", "takeovers to time: killed (the holder's connections closed, as for SIGKILL), frozen (its traffic held, as for SIGSTOP), or off")
+	fs.DurationVar(&o.opts.Hold, "hold", 0, "also measure fairness with each holder keeping the lock this long (a hold section), for 2 clients or more: a polling lock's waiters then find it taken (default 0: not measured)")
 	fs.DurationVar(&o.lease, "lease", 0, "lease for every backend (default per backend, as run's: redis, postgres, consul, zookeeper 200ms; etcd, mysql, nats 1s)")
 	fs.StringVar(&o.store, "store", "", "counter store of the store-write points: postgres or etcd (default: postgres when it is among the backends, else the embedded etcd)")
 	fs.StringVar(&o.json, "json", "", "also write the figures as JSON to `FILE`, rewritten after every backend (default: not written)")
@@ -109,6 +110,8 @@ Flags:
 		return o, &usageError{fmt.Sprintf("--rounds %d: at least 1 round", o.opts.Rounds)}
 	case o.opts.Duration/time.Duration(o.opts.Rounds+1) < time.Millisecond:
 		return o, &usageError{fmt.Sprintf("--duration %v over %d rounds and a warm-up: a round must last at least 1ms (lengthen --duration or lower --rounds)", o.opts.Duration, o.opts.Rounds)}
+	case o.opts.Hold < 0:
+		return o, &usageError{fmt.Sprintf("--hold %v: it must not be negative", o.opts.Hold)}
 	case o.lease < 0:
 		return o, &usageError{fmt.Sprintf("--lease %v: it must be positive", o.lease)}
 	case o.store != "" && o.store != "postgres" && o.store != "etcd":
@@ -245,10 +248,12 @@ func startLocal(ctx context.Context, names []string, store string) (*local.Env, 
 }
 
 // targetOf is the bench's Target for a suite Config: its clients made by
-// cfg.NewLocker as the suite makes them, its counter cfg.NewStore.
+// cfg.NewLocker as the suite makes them, its counter cfg.NewStore, its
+// takeovers bounded as the suite bounds a stalled holder's wait
+// (cfg.StallTimeout).
 func targetOf(cfg suite.Config) bench.Target {
 	return bench.Target{
-		Name: cfg.Name, Prefix: cfg.Prefix, NewStore: cfg.NewStore,
+		Name: cfg.Name, Prefix: cfg.Prefix, NewStore: cfg.NewStore, TakeoverBound: cfg.StallTimeout,
 		NewLocker: func(ctx context.Context, id int, key string, dial bench.Dialer) (backends.Locker, error) {
 			return cfg.NewLocker(ctx, suite.Client{ID: id, Key: key, Dial: dial, Lease: cfg.Lease, Endpoint: cfg.Endpoint})
 		},

@@ -25,7 +25,7 @@ func TestHelp(t *testing.T) {
 		"seed", "stall-every", "store", "workers"}
 	sweepFlags := []string{"backend", "count", "fencing", "html", "leases", "pauses", "seed"}
 	diffFlags := []string{"all", "as", "markdown"}
-	benchFlags := []string{"backends", "clients", "duration", "fencing", "html", "json", "lease", "markdown", "rounds", "store", "takeover"}
+	benchFlags := []string{"backends", "clients", "duration", "fencing", "hold", "html", "json", "lease", "markdown", "rounds", "store", "takeover"}
 	for _, tc := range []struct {
 		args  []string
 		want  []string

@@ -62,6 +62,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"bench", "--backends", "memcached"}, `--backends: unknown "memcached"`},
 		{[]string{"bench", "--store", "sqlite"}, `--store "sqlite": choose postgres or etcd`},
 		{[]string{"bench", "--lease", "-1s"}, "--lease -1s: it must be positive"},
+		{[]string{"bench", "--hold", "-1s"}, "--hold -1s: it must not be negative"},
 		{[]string{"bench", "etcd"}, `unexpected argument "etcd"`},
 		{[]string{"bench", "--json", "/nonexistent/dir/b.json"}, "--json /nonexistent/dir/b.json: directory /nonexistent/dir does not exist"},
 	} {

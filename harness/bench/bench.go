@@ -50,7 +50,12 @@ type Target struct {
 	// Ceiling marks the in-process lock (Mutex): it has no server to kill
 	// or freeze, so its takeover is not measured.
 	Ceiling bool
-	_       struct{}
+	// TakeoverBound is how long a takeover waits for another client's
+	// grant after the fault. Default (0): 3 × the Locker's Expiry + 2 s,
+	// or 30 s for a Locker that declares no TTL, as
+	// suite.Config.StallTimeout's default.
+	TakeoverBound time.Duration
+	_             struct{}
 }
 
 // Section is a critical section of a point.
@@ -63,6 +68,9 @@ const (
 	// the grant's fencing token, as the suite's critical section does
 	// (without its work between the two).
 	Write Section = "write"
+	// Hold: the holder keeps the lock for Options.Hold, doing nothing,
+	// as a holder with work to do would: the waiters find it taken.
+	Hold Section = "hold"
 )
 
 // Fault is how a takeover stops the holder.
@@ -98,6 +106,10 @@ type Options struct {
 	// NoTakeover to time none.
 	Faults     []Fault
 	NoTakeover bool
+	// Hold, if positive, adds a point with the Hold section for each
+	// number of clients from 2 on: fairness when the lock is mostly
+	// taken. Default 0: none.
+	Hold time.Duration
 	// Progress, if not nil, is told what the bench starts and what each
 	// point measured, one line at a time.
 	Progress func(line string)
@@ -144,6 +156,8 @@ type Point struct {
 	Section Section `json:"section"`
 	// Fenced: the store compared the grants' fencing tokens (Write only).
 	Fenced bool `json:"fenced,omitempty"`
+	// HoldMS is how long each holder kept the lock (Hold only).
+	HoldMS float64 `json:"hold_ms,omitempty"`
 	// DrainMS is how long client 0 took to acquire and release the lock
 	// just before the point: the drain, which lets the waiters that the
 	// previous point abandoned leave the lock (a server that grants a

@@ -101,19 +101,25 @@ func (l *delayedLocker) Acquire(ctx context.Context) (backends.Lease, error) {
 }
 
 // TestKnownDelay: a lock whose grant takes 5 ms gives an acquire +
-// release latency of at least 5 ms, at every percentile of every round.
+// release latency of at least 5 ms, at every percentile of every round;
+// holding it 3 ms more, at least 8 ms.
 func TestKnownDelay(t *testing.T) {
-	const delay = 5 * time.Millisecond
+	const delay, holding = 5 * time.Millisecond, 3 * time.Millisecond
 	o := small
-	o.Clients = []int{1, 2}
+	o.Clients, o.Hold = []int{1, 2}, holding
 	res := Run(context.Background(), delayed(delay), o)
-	for _, n := range o.Clients {
-		p, ok := res.Point(n, Empty, false)
+	for _, c := range []struct {
+		n     int
+		sec   Section
+		least time.Duration
+	}{{1, Empty, delay}, {2, Empty, delay}, {2, Hold, delay + holding}} {
+		n := c.n
+		p, ok := res.Point(n, c.sec, false)
 		if !ok {
-			t.Fatalf("%d clients: %+v", n, p)
+			t.Fatalf("%d clients, %s: %+v", n, c.sec, p)
 		}
-		if lo := p.Cycle.P50.Min; lo < ms(delay) {
-			t.Errorf("%d clients: p50 latency %v ms in a round, below the lock's delay %v", n, lo, delay)
+		if lo := p.Cycle.P50.Min; lo < ms(c.least) {
+			t.Errorf("%d clients, %s: p50 latency %v ms in a round, below %v", n, c.sec, lo, c.least)
 		}
 		if p.Cycle.Max.Max < p.Cycle.P99.Max || p.Cycle.P99.Min < p.Cycle.P50.Min {
 			t.Errorf("%d clients: percentiles out of order: %+v", n, p.Cycle)

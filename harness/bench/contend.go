@@ -31,6 +31,20 @@ func increment(s fencing.Store) section {
 	}
 }
 
+// hold is the critical section that keeps the lock for d.
+func hold(d time.Duration) section {
+	return func(ctx context.Context, _ backends.Lease) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // round is what one window of a contention run measured.
 type round struct {
 	window      time.Duration

@@ -46,9 +46,13 @@ func Run(ctx context.Context, t Target, o Options) Result {
 	id := newRunID()
 	expiry, hasTTL := points(ctx, t, id, o, &res)
 	if !t.Ceiling && ctx.Err() == nil && res.Error == "" {
-		bound := 30 * time.Second
-		if hasTTL {
+		bound := t.TakeoverBound
+		switch {
+		case bound > 0:
+		case hasTTL:
 			bound = 3*expiry + 2*time.Second
+		default:
+			bound = 30 * time.Second
 		}
 		res.Takeovers = takeovers(ctx, t, keyOf(t, id, "takeover"), o, bound)
 	}
@@ -92,11 +96,21 @@ func points(ctx context.Context, t Target, id string, o Options, res *Result) (e
 		default:
 			p = point(ctx, lockers[:n], sec, fenced, do, o, reads)
 		}
+		if sec == Hold {
+			p.HoldMS = ms(o.Hold)
+		}
 		o.Progress(fmt.Sprintf("%s: %s", t.Name, p.summary()))
 		res.Points = append(res.Points, p)
 	}
 	for _, n := range o.Clients {
 		measure(n, Empty, false, nil)
+	}
+	if o.Hold > 0 {
+		for _, n := range o.Clients {
+			if n > 1 {
+				measure(n, Hold, false, hold(o.Hold))
+			}
+		}
 	}
 	for _, f := range o.Fencing {
 		var why string
@@ -207,6 +221,9 @@ func distOf(ls []Latency) Dist {
 // summary is the point in one line, for progress.
 func (p Point) summary() string {
 	what := fmt.Sprintf("%s, %s section", clients(p.Clients), p.Section)
+	if p.Section == Hold {
+		what += fmt.Sprintf(" of %.0f ms", p.HoldMS)
+	}
 	if p.Section == Write {
 		what += fmt.Sprintf(", fencing %s", onOff(p.Fenced))
 	}

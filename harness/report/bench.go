@@ -142,32 +142,38 @@ func benchTables(r bench.Report) []benchTable {
 		}))
 
 	n = notes{}
-	fair := benchTable{ID: "bench-fairness", Title: "Fairness and handoff, empty critical section, over each point's whole measured run (handoff: a Release returned → the next grant, ms, " + rounds + ")",
-		Head: []string{"backend", "clients", "Jain's index (fairest)", "starved (fewest)", "longest wait ms", "handoff p50", "handoff p99", "replies per grant"}}
+	fair := benchTable{ID: "bench-fairness", Title: "Fairness and handoff, over each point's whole measured run (handoff: a Release returned → the next grant, ms, " + rounds + ")",
+		Head: []string{"backend", "section", "clients", "Jain's index (fairest)", "starved (fewest)", "longest wait ms", "handoff p50", "handoff p99", "replies per grant"}}
+	sections := []bench.Section{bench.Empty}
+	if hold := holdOf(r); hold > 0 {
+		sections = append(sections, bench.Hold)
+	}
 	for _, res := range r.Results {
-		for _, c := range r.Clients {
-			if c < 2 {
-				continue
+		for _, sec := range sections {
+			for _, c := range r.Clients {
+				if c < 2 {
+					continue
+				}
+				row := []string{nameOf(res), sectionText(sec, holdOf(r)), strconv.Itoa(c)}
+				p, ok := res.Point(c, sec, false)
+				if !ok {
+					m := n.missing(p, res)
+					fair.Rows = append(fair.Rows, append(row, m, m, m, m, m, m))
+					continue
+				}
+				hp50, hp99 := "–", "–"
+				if p.Handoff != nil {
+					hp50, hp99 = num(p.Handoff.P50.Median), num(p.Handoff.P99.Median)
+				}
+				replies := num(p.RepliesPerGrant.Median)
+				if res.Ceiling {
+					replies = "–"
+				}
+				f := p.Fairness
+				row = append(row, fmt.Sprintf("%.3f (%.3f)", f.Jain, f.FairestJain), fmt.Sprintf("%d of %d (%d)", f.Starved, c, f.FewestStarved),
+					num(p.LongestWaitMS.Max), hp50, hp99, replies)
+				fair.Rows = append(fair.Rows, row)
 			}
-			row := []string{nameOf(res), strconv.Itoa(c)}
-			p, ok := res.Point(c, bench.Empty, false)
-			if !ok {
-				m := n.missing(p, res)
-				fair.Rows = append(fair.Rows, append(row, m, m, m, m, m, m))
-				continue
-			}
-			hp50, hp99 := "–", "–"
-			if p.Handoff != nil {
-				hp50, hp99 = num(p.Handoff.P50.Median), num(p.Handoff.P99.Median)
-			}
-			replies := num(p.RepliesPerGrant.Median)
-			if res.Ceiling {
-				replies = "–"
-			}
-			f := p.Fairness
-			row = append(row, fmt.Sprintf("%.3f (%.3f)", f.Jain, f.FairestJain), fmt.Sprintf("%d of %d (%d)", f.Starved, c, f.FewestStarved),
-				num(p.LongestWaitMS.Max), hp50, hp99, replies)
-			fair.Rows = append(fair.Rows, row)
 		}
 	}
 	fair.Refs, fair.Notes = n.list, []string{"Jain's index: (Σ grants)² / (clients × Σ grants²), 1 when every client got as many grants, 1/clients when one got them all; fairest: the index of the same grants spread as evenly as they go. Starved: clients with no grant in the run; fewest: with the grants spread evenly (a slow lock cannot give 64 clients a grant each in a short run). Longest wait: the longest any Acquire waited, by its grant or by the run's end. Replies per grant: reads that returned data on all clients' connections, per grant: flat for a queue, growing with the clients for a lock whose waiters all wake on a release, the polls per grant for a polling lock."}
@@ -251,6 +257,26 @@ func drainNote(r bench.Report) []string {
 	}
 	return []string{"Before a point, client 0 acquires and releases the lock once (the drain). It took " + strings.Join(slow, ", ") +
 		": the waiters the previous point abandoned (their Acquire's context done) were still queued on the server, and each was granted and let go in turn."}
+}
+
+// holdOf is the hold of r's Hold points, in ms; 0 without.
+func holdOf(r bench.Report) float64 {
+	for _, res := range r.Results {
+		for _, p := range res.Points {
+			if p.Section == bench.Hold {
+				return p.HoldMS
+			}
+		}
+	}
+	return 0
+}
+
+// sectionText names a critical section in a table.
+func sectionText(sec bench.Section, holdMS float64) string {
+	if sec == bench.Hold {
+		return "hold " + strconv.FormatFloat(holdMS, 'f', -1, 64) + " ms"
+	}
+	return string(sec)
 }
 
 // clientsText is "1 client" or "n clients".

@@ -37,6 +37,9 @@ func benchReport() bench.Report {
 		etcd.Points = append(etcd.Points, pt(c, bench.Empty, false, 1000), pt(c, bench.Write, false, 500),
 			bench.Point{Clients: c, Section: bench.Write, Fenced: true, Skipped: bench.NoFence})
 	}
+	hold := pt(4, bench.Hold, false, 40)
+	hold.HoldMS = 20
+	etcd.Points = append(etcd.Points, hold)
 	return bench.Report{Machine: bench.Machine{Cores: 2, GOMAXPROCS: 2, Go: "go1.26", OS: "linux/amd64", LoadBefore: []float64{0.5, 0.4, 0.3}},
 		DurationMS: 2000, Rounds: 3, Clients: []int{1, 4},
 		Results: []bench.Result{ceiling, etcd, {Backend: "<b>redis</b>", Error: "redis unavailable: start it"}}}
@@ -72,7 +75,7 @@ func TestWriteBench(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, text)
 		}
 	}
-	for _, want := range []string{"| backend | p50 | p90 | p99 | max | grants/s | published |", "| etcd | 4 | 0.500 (1.000) |", "- [1] skipped: "} {
+	for _, want := range []string{"| backend | p50 | p90 | p99 | max | grants/s | published |", "| etcd | empty | 4 | 0.500 (1.000) |", "| etcd | hold 20 ms | 4 | 0.500 (1.000) | 2 of 4 (0) |", "- [1] skipped: "} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
