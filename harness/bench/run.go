@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/fencing"
 )
 
 // NoFence is why the fenced points of a lock without fencing tokens are
@@ -29,8 +30,9 @@ const slowDrainMS = 100
 const drainTimeout = 30 * time.Second
 
 // Run measures t as o says: first every point with an empty critical
-// section, one per number of clients, then the store-write points, per
-// fencing mode, then the takeovers. All points share one set of clients
+// section, one per number of clients, then the Hold points (Options.Hold),
+// then the store-write points, each number of clients with each fencing
+// mode in turn, then the takeovers. All points share one set of clients
 // (the first n of them for n clients) on one lock; the takeovers use a
 // lock of their own, once those clients are closed. What fails is said in the Result (Result.Error,
 // Point.Error, Takeover.Error), never returned: the other figures stand.
@@ -112,31 +114,37 @@ func points(ctx context.Context, t Target, id string, o Options, res *Result) (e
 			}
 		}
 	}
+	// The store-write points: per number of clients, each fencing mode in
+	// turn, so that a fenced point and its unfenced one run close in time
+	// and a drift in the machine's load weighs on both alike.
+	stores := map[bool]fencing.Store{}
+	absent := map[bool]Point{} // why a mode's points do not run
 	for _, f := range o.Fencing {
-		var why string
 		switch {
 		case t.NewStore == nil:
-			why = NoStore
+			absent[f] = Point{Skipped: NoStore}
 		case f && !res.Fence:
-			why = NoFence
-		}
-		if why != "" {
-			for _, n := range o.Clients {
-				res.Points = append(res.Points, Point{Clients: n, Section: Write, Fenced: f, Skipped: why})
+			absent[f] = Point{Skipped: NoFence}
+		default:
+			s, err := t.NewStore(ctx, keyOf(t, id, fmt.Sprintf("counter-fenced-%v", f)), f)
+			if err != nil {
+				absent[f] = Point{Error: fmt.Sprintf("the counter store: %v", err)}
+				continue
 			}
-			continue
+			stores[f] = s
+			defer s.Close(context.WithoutCancel(ctx))
 		}
-		store, err := t.NewStore(ctx, keyOf(t, id, fmt.Sprintf("counter-fenced-%v", f)), f)
-		if err != nil {
-			for _, n := range o.Clients {
-				res.Points = append(res.Points, Point{Clients: n, Section: Write, Fenced: f, Error: fmt.Sprintf("the counter store: %v", err)})
+	}
+	for _, n := range o.Clients {
+		for _, f := range o.Fencing {
+			if s := stores[f]; s != nil {
+				measure(n, Write, f, increment(s))
+				continue
 			}
-			continue
+			p := absent[f]
+			p.Clients, p.Section, p.Fenced = n, Write, f
+			res.Points = append(res.Points, p)
 		}
-		for _, n := range o.Clients {
-			measure(n, Write, f, increment(store))
-		}
-		_ = store.Close(context.WithoutCancel(ctx))
 	}
 	return expiry, hasTTL
 }
