@@ -158,11 +158,6 @@ type Point struct {
 	Fenced bool `json:"fenced,omitempty"`
 	// HoldMS is how long each holder kept the lock (Hold only).
 	HoldMS float64 `json:"hold_ms,omitempty"`
-	// DrainMS is how long client 0 took to acquire and release the lock
-	// just before the point: the drain, which lets the waiters that the
-	// previous point abandoned leave the lock (a server that grants a
-	// waiter whose client is gone holds the lock until it notices).
-	DrainMS float64 `json:"drain_ms"`
 	// Rounds is how many rounds were measured, RoundMS how long each was.
 	Rounds  int     `json:"rounds"`
 	RoundMS float64 `json:"round_ms"`

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +210,7 @@ type tracked struct {
 	mu            sync.Mutex
 	made, closed  int
 	cleanups      int
-	openAtCleanup int
+	openAtCleanup []int
 	closedTwice   bool
 }
 
@@ -234,12 +235,13 @@ func (l *trackedLocker) Cleanup(context.Context) error {
 	l.t.mu.Lock()
 	defer l.t.mu.Unlock()
 	l.t.cleanups++
-	l.t.openAtCleanup = l.t.made - l.t.closed
+	l.t.openAtCleanup = append(l.t.openAtCleanup, l.t.made-l.t.closed)
 	return nil
 }
 
 // TestRunLeavesNothing: every client Run makes is closed once, and each
-// lock's state is cleaned up once, by its last open client; a target
+// lock's state (a lock per point) is cleaned up once, by its last open
+// client; a target
 // without a store skips the store-write points and says why; a client that
 // dials nothing cannot be killed or frozen through its path, and its
 // takeovers are skipped with the reason.
@@ -262,9 +264,11 @@ func TestRunLeavesNothing(t *testing.T) {
 	if tr.made != tr.closed || tr.closedTwice {
 		t.Errorf("%d clients made, %d closed (twice: %v)", tr.made, tr.closed, tr.closedTwice)
 	}
-	// One lock for the points, one for the takeovers.
-	if tr.cleanups != 2 || tr.openAtCleanup != 1 {
-		t.Errorf("%d cleanups, the last with %d clients open; want 2, with 1", tr.cleanups, tr.openAtCleanup)
+	// One lock for the probe, one for each point that ran (1 and 3
+	// clients, empty), one for the takeovers; each cleaned up by its last
+	// open client.
+	if tr.cleanups != 4 || !slices.Equal(tr.openAtCleanup, []int{1, 1, 1, 1}) {
+		t.Errorf("%d cleanups, with %v clients open; want 4, each with 1", tr.cleanups, tr.openAtCleanup)
 	}
 	for _, f := range []bool{false, true} {
 		if p, _ := res.Point(3, Write, f); p.Skipped != NoStore {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 )
@@ -23,21 +25,15 @@ const NoStore = "no counter store (Target.NewStore is nil)"
 // probeTimeout bounds the first Acquire of a free lock.
 const probeTimeout = 10 * time.Second
 
-// slowDrainMS is a drain worth reporting: far longer than a grant.
-const slowDrainMS = 100
-
-// drainTimeout bounds the wait for the lock to be free before a point.
-const drainTimeout = 30 * time.Second
-
 // Run measures t as o says: first every point with an empty critical
 // section, one per number of clients, then the Hold points (Options.Hold),
 // then the store-write points, each number of clients with each fencing
-// mode in turn, then the takeovers. All points share one set of clients
-// (the first n of them for n clients) on one lock; the takeovers use a
-// lock of their own, once those clients are closed. What fails is said in the Result (Result.Error,
-// Point.Error, Takeover.Error), never returned: the other figures stand.
-// Run leaves nothing behind: it releases what it holds, closes its
-// clients, calls backends.Cleaner once per lock and closes its counters.
+// mode in turn, then the takeovers. Each point, and the takeovers, have a
+// lock and clients of their own. What fails is said in the Result
+// (Result.Error, Point.Error, Takeover.Error), never returned: the other
+// figures stand. Run leaves nothing behind: it releases what it holds,
+// closes its clients, calls backends.Cleaner once per lock and closes its
+// counters.
 func Run(ctx context.Context, t Target, o Options) Result {
 	o = o.withDefaults()
 	res := Result{Backend: t.Name, Ceiling: t.Ceiling}
@@ -61,43 +57,49 @@ func Run(ctx context.Context, t Target, o Options) Result {
 	return res
 }
 
-// points measures every point of t into res, on clients it closes before
-// it returns, and returns the clients' Expiry and whether they declare a
-// TTL.
+// points measures every point of t into res, each on a lock and clients
+// of its own, closed before the next point, and returns the clients'
+// Expiry and whether they declare a TTL. A lock of its own per point: the
+// waiters a point abandons (their Acquire's context done) may stay queued
+// on the server for a while (Postgres grants a pg_advisory_lock whose
+// client has gone, then notices), or for good (an etcd Mutex key whose
+// create committed as its Lock was cancelled waits for its own client to
+// lock again), and must not weigh on the next point.
 func points(ctx context.Context, t Target, id string, o Options, res *Result) (expiry time.Duration, hasTTL bool) {
 	rc := &readCounter{}
 	var reads func() int64
 	if !t.Ceiling {
 		reads = rc.count
 	}
-	o.Progress(fmt.Sprintf("%s: making %s", t.Name, clients(slices.Max(o.Clients))))
-	lockers, mkErr := makeLockers(ctx, t, slices.Max(o.Clients), keyOf(t, id, "lock"), rc.dial(directDial))
-	defer closeAll(ctx, lockers)
-	if len(lockers) == 0 {
-		res.Error = mkErr.Error()
+	first, err := makeLockers(ctx, t, 1, keyOf(t, id, "probe"), directDial)
+	if err != nil {
+		res.Error = err.Error()
 		return 0, false
 	}
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	fence, err := probe(pctx, lockers[0])
+	fence, err := probe(pctx, first[0])
 	cancel()
+	ttl, expiry, hasTTL := backends.TTLOf(first[0])
+	closeAll(ctx, first)
 	if err != nil {
 		res.Error = err.Error()
 		return 0, false
 	}
 	res.Fence = fence != 0
-	ttl, expiry, hasTTL := backends.TTLOf(lockers[0])
 	res.LeaseMS, res.ExpiryMS = ms(ttl), ms(expiry)
 
 	measure := func(n int, sec Section, fenced bool, do section) {
 		p := Point{Clients: n, Section: sec, Fenced: fenced}
+		lockers, err := makeLockers(ctx, t, n, keyOf(t, id, fmt.Sprintf("%s-%d-fenced-%v", sec, n, fenced)), rc.dial(directDial))
 		switch {
 		case ctx.Err() != nil:
 			p.Error = ctx.Err().Error()
-		case n > len(lockers):
-			p.Error = fmt.Sprintf("only %d of %d clients could be made: %v", len(lockers), n, mkErr)
+		case err != nil:
+			p.Error = err.Error()
 		default:
-			p = point(ctx, lockers[:n], sec, fenced, do, o, reads)
+			p = point(ctx, lockers, sec, fenced, do, o, reads)
 		}
+		closeAll(ctx, lockers)
 		if sec == Hold {
 			p.HoldMS = ms(o.Hold)
 		}
@@ -149,19 +151,10 @@ func points(ctx context.Context, t Target, id string, o Options, res *Result) (e
 	return expiry, hasTTL
 }
 
-// point runs one point: once client 0 has had the lock (the drain), the
-// lockers contend for o.Rounds+1 windows, the first discarded.
+// point runs one point: the lockers contend for o.Rounds+1 windows, the
+// first discarded.
 func point(ctx context.Context, lockers []backends.Locker, sec Section, fenced bool, do section, o Options, reads func() int64) Point {
 	p := Point{Clients: len(lockers), Section: sec, Fenced: fenced}
-	t0 := time.Now()
-	dctx, cancel := context.WithTimeout(ctx, drainTimeout)
-	_, err := probe(dctx, lockers[0])
-	cancel()
-	if err != nil {
-		p.Error = fmt.Sprintf("the lock was not free within %v before the point: %v", drainTimeout, err)
-		return p
-	}
-	p.DrainMS = ms(time.Since(t0))
 	window := o.Duration / time.Duration(o.Rounds+1)
 	rounds, err := contend(ctx, lockers, do, window, o.Rounds+1, reads)
 	if err != nil {
@@ -243,9 +236,6 @@ func (p Point) summary() string {
 	}
 	s := fmt.Sprintf("%s: %.0f grants/s (%.0f–%.0f), p50 %.3f ms, Jain %.2f (fairest %.2f), %d starved (fewest %d)", what,
 		p.GrantsPerSec.Median, p.GrantsPerSec.Min, p.GrantsPerSec.Max, p.Cycle.P50.Median, p.Fairness.Jain, p.Fairness.FairestJain, p.Fairness.Starved, p.Fairness.FewestStarved)
-	if p.DrainMS >= slowDrainMS {
-		s += fmt.Sprintf("; the lock was free for client 0 only after %.0f ms", p.DrainMS)
-	}
 	return s
 }
 
@@ -264,19 +254,28 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// makeLockers makes n clients of the lock key. On an error it returns the
-// clients made so far, and the error.
+// makeLockers makes n clients of the lock key, a few at a time. On an
+// error it closes those it made and returns the first error.
 func makeLockers(ctx context.Context, t Target, n int, key string, dial Dialer) ([]backends.Locker, error) {
-	var out []backends.Locker
+	out := make([]backends.Locker, n)
+	var g errgroup.Group
+	g.SetLimit(8)
 	for id := range n {
-		l, err := t.NewLocker(ctx, id, key, dial)
-		if err == nil && l == nil {
-			err = errors.New("NewLocker returned a nil Locker")
-		}
-		if err != nil {
-			return out, fmt.Errorf("bench: %s: NewLocker for client %d: %w", t.Name, id, err)
-		}
-		out = append(out, l)
+		g.Go(func() error {
+			l, err := t.NewLocker(ctx, id, key, dial)
+			if err == nil && l == nil {
+				err = errors.New("NewLocker returned a nil Locker")
+			}
+			if err != nil {
+				return fmt.Errorf("bench: %s: NewLocker for client %d: %w", t.Name, id, err)
+			}
+			out[id] = l
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		closeAll(ctx, slices.DeleteFunc(out, func(l backends.Locker) bool { return l == nil }))
+		return nil, err
 	}
 	return out, nil
 }

@@ -122,7 +122,7 @@ func benchTables(r bench.Report) []benchTable {
 			}
 			return rangeOf(p.GrantsPerSec)
 		})
-	thr.Notes = append(ceilingNote(r), drainNote(r)...)
+	thr.Notes = ceilingNote(r)
 	out = append(out, thr)
 
 	out = append(out, byClients(r, "bench-write", "Grants per second with a store write (read + write of the counter), fencing off / on (on ÷ off: the cost of fencing), "+rounds,
@@ -236,27 +236,6 @@ func (t benchTable) lines() []string {
 		out = append(out, fmt.Sprintf("[%d] %s", i+1, r))
 	}
 	return append(out, t.Notes...)
-}
-
-// drainNote names the backends whose lock was slow to be free before a
-// point (Point.DrainMS): the waiters a point abandoned were still queued
-// on the server.
-func drainNote(r bench.Report) []string {
-	var slow []string
-	for _, res := range r.Results {
-		longest := 0.0
-		for _, p := range res.Points {
-			longest = max(longest, p.DrainMS)
-		}
-		if longest >= 100 {
-			slow = append(slow, fmt.Sprintf("%s up to %s ms", res.Backend, num(longest)))
-		}
-	}
-	if len(slow) == 0 {
-		return nil
-	}
-	return []string{"Before a point, client 0 acquires and releases the lock once (the drain). It took " + strings.Join(slow, ", ") +
-		": the waiters the previous point abandoned (their Acquire's context done) were still queued on the server, and each was granted and let go in turn."}
 }
 
 // holdOf is the hold of r's Hold points, in ms; 0 without.
