@@ -190,6 +190,11 @@ type Point struct {
 	// Rejected is how many store writes the fenced store refused (a
 	// holder whose lease had run out): none is expected.
 	Rejected int `json:"rejected,omitempty"`
+	// Errors is how many Acquires, store writes and Releases failed in
+	// the rounds (the client went on after each), FirstError the first
+	// of them, in the rounds or the warm-up.
+	Errors     int    `json:"errors,omitempty"`
+	FirstError string `json:"first_error,omitempty"`
 	// Skipped says why the point did not run; Error why it failed.
 	Skipped string `json:"skipped,omitempty"`
 	Error   string `json:"error,omitempty"`

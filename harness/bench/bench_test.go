@@ -79,6 +79,36 @@ func TestOneClientServed(t *testing.T) {
 	}
 }
 
+// flaky is a lock whose every other Acquire fails at once.
+type flaky struct {
+	backends.Locker
+	n int
+}
+
+func (l *flaky) Acquire(ctx context.Context) (backends.Lease, error) {
+	if l.n++; l.n%2 == 0 {
+		return nil, errors.New("flaky: connection reset")
+	}
+	return l.Locker.Acquire(ctx)
+}
+
+// TestFailuresCounted: a client whose Acquire fails goes on; the point
+// counts the failures, keeps the first, and still measures the grants.
+func TestFailuresCounted(t *testing.T) {
+	m := Mutex(nil)
+	target := Target{Name: "flaky", NewLocker: func(ctx context.Context, id int, key string, dial Dialer) (backends.Locker, error) {
+		l, err := m.NewLocker(ctx, id, key, dial)
+		return &flaky{Locker: l}, err
+	}}
+	o := small
+	o.Clients = []int{2}
+	res := Run(context.Background(), target, o)
+	p, ok := res.Point(2, Empty, false)
+	if !ok || p.Grants == 0 || p.Errors == 0 || !strings.Contains(p.FirstError, "Acquire: flaky: connection reset") {
+		t.Errorf("point %+v: want grants, and the failures counted with the first", p)
+	}
+}
+
 // delayed is the in-process lock, each of whose grants takes delay.
 func delayed(delay time.Duration) Target {
 	m := Mutex(nil)

@@ -54,6 +54,8 @@ type round struct {
 	longestWait time.Duration
 	reads       int64 // reads from the lock service, all clients
 	rejected    int   // sections the fenced store refused
+	errs        int   // Acquires, sections and Releases that failed
+	firstErr    error // the first of them, with its client
 }
 
 func (r *round) grants() int {
@@ -82,6 +84,8 @@ type client struct {
 	handoff  []Histogram
 	maxWait  []time.Duration
 	rejected []int
+	errs     []int
+	firstErr error
 	// waitingSince is 1 + when its current Acquire was called (since
 	// the run's start, ns); 0 while it is not in Acquire.
 	waitingSince atomic.Int64
@@ -141,7 +145,7 @@ func contend(ctx context.Context, lockers []backends.Locker, sec section, window
 	clients := make([]*client, n)
 	for i := range clients {
 		clients[i] = &client{grants: make([]int, windows), cycle: make([]Histogram, windows), handoff: make([]Histogram, windows),
-			maxWait: make([]time.Duration, windows), rejected: make([]int, windows)}
+			maxWait: make([]time.Duration, windows), rejected: make([]int, windows), errs: make([]int, windows)}
 	}
 	rounds := make([]round, windows)
 	hs := newHandoffs()
@@ -206,13 +210,39 @@ func contend(ctx context.Context, lockers []backends.Locker, sec section, window
 			r.handoff.Merge(&c.handoff[w])
 			r.longestWait = max(r.longestWait, c.maxWait[w])
 			r.rejected += c.rejected[w]
+			r.errs += c.errs[w]
+			if r.firstErr == nil && c.errs[w] > 0 {
+				r.firstErr = c.firstErr
+			}
 		}
 	}
 	return rounds, nil
 }
 
+// retryPause is how long a client waits after a failed Acquire, section
+// or Release before it goes on.
+const retryPause = 10 * time.Millisecond
+
+// failed counts err, which happened at d, in its window (the last one
+// after the run), keeps the first, and pauses retryPause.
+func (c *client) failed(ctx context.Context, id int, what string, err error, d time.Duration, windowOf func(time.Duration) int, windows int) {
+	c.errs[min(windowOf(d), windows-1)]++
+	if c.firstErr == nil {
+		c.firstErr = fmt.Errorf("client %d: %s: %w", id, what, err)
+	}
+	t := time.NewTimer(retryPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // loop is one client: Acquire, the section, Release, until ctx is done.
-// A grant whose Acquire returned after the last window is not counted.
+// A grant whose Acquire returned after the last window is not counted. A
+// failed Acquire, section or Release is counted (client.errs) and the
+// client goes on, as an application would: a lock that fails now and then
+// under load shows it in its figures, not by ending the point.
 func (c *client) loop(ctx context.Context, id int, l backends.Locker, sec section, hs *handoffs, pairs bool, since func() time.Duration, windowOf func(time.Duration) int, windows int) error {
 	// The section and the Release of the last grant run to their end
 	// after the run stops, within finishTimeout.
@@ -224,10 +254,10 @@ func (c *client) loop(ctx context.Context, id int, l backends.Locker, sec sectio
 		granted := since()
 		c.waitingSince.Store(0)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if ctx.Err() == nil {
+				c.failed(ctx, id, "Acquire", err, granted, windowOf, windows)
 			}
-			return fmt.Errorf("client %d: Acquire: %w", id, err)
+			continue
 		}
 		w := windowOf(granted)
 		counted := w < windows
@@ -253,8 +283,7 @@ func (c *client) loop(ctx context.Context, id int, l backends.Locker, sec sectio
 					c.rejected[w]++
 				}
 			case err != nil:
-				_ = lease.Release(held)
-				return fmt.Errorf("client %d: the critical section's store write: %w", id, err)
+				c.failed(ctx, id, "the critical section's store write", err, since(), windowOf, windows)
 			}
 		}
 		rctx, cancel := context.WithTimeout(held, finishTimeout)
@@ -262,7 +291,8 @@ func (c *client) loop(ctx context.Context, id int, l backends.Locker, sec sectio
 		cancel()
 		released := since()
 		if err != nil {
-			return fmt.Errorf("client %d: Release: %w", id, err)
+			c.failed(ctx, id, "Release", err, released, windowOf, windows)
+			continue
 		}
 		if counted {
 			c.cycle[w].Add(released - asked)

@@ -161,6 +161,11 @@ func point(ctx context.Context, lockers []backends.Locker, sec Section, fenced b
 		p.Error = err.Error()
 		return p
 	}
+	for _, r := range rounds {
+		if r.firstErr != nil && p.FirstError == "" {
+			p.FirstError = r.firstErr.Error()
+		}
+	}
 	return figures(p, rounds[1:])
 }
 
@@ -178,6 +183,7 @@ func figures(p Point, rounds []round) Point {
 		g := r.grants()
 		p.Grants += g
 		p.Rejected += r.rejected
+		p.Errors += r.errs
 		perSec = append(perSec, float64(g)/r.window.Seconds())
 		jain = append(jain, Jain(r.perClient))
 		starved = append(starved, float64(Starved(r.perClient)))
@@ -236,6 +242,9 @@ func (p Point) summary() string {
 	}
 	s := fmt.Sprintf("%s: %.0f grants/s (%.0f–%.0f), p50 %.3f ms, Jain %.2f (fairest %.2f), %d starved (fewest %d)", what,
 		p.GrantsPerSec.Median, p.GrantsPerSec.Min, p.GrantsPerSec.Max, p.Cycle.P50.Median, p.Fairness.Jain, p.Fairness.FairestJain, p.Fairness.Starved, p.Fairness.FewestStarved)
+	if p.FirstError != "" {
+		s += fmt.Sprintf("; %d failed in the rounds, the first: %s", p.Errors, p.FirstError)
+	}
 	return s
 }
 

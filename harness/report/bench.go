@@ -122,7 +122,7 @@ func benchTables(r bench.Report) []benchTable {
 			}
 			return rangeOf(p.GrantsPerSec)
 		})
-	thr.Notes = ceilingNote(r)
+	thr.Notes = append(ceilingNote(r), errorNotes(r)...)
 	out = append(out, thr)
 
 	out = append(out, byClients(r, "bench-write", "Grants per second with a store write (read + write of the counter), fencing off / on (on ÷ off: the cost of fencing), "+rounds,
@@ -256,6 +256,25 @@ func sectionText(sec bench.Section, holdMS float64) string {
 		return "hold " + strconv.FormatFloat(holdMS, 'f', -1, 64) + " ms"
 	}
 	return string(sec)
+}
+
+// errorNotes lists the points in which Acquires, store writes or
+// Releases failed (the clients went on), with the first error.
+func errorNotes(r bench.Report) []string {
+	var out []string
+	for _, res := range r.Results {
+		for _, p := range res.Points {
+			if p.FirstError == "" {
+				continue
+			}
+			what := fmt.Sprintf("%s, %s, %s section", res.Backend, clientsText(p.Clients), sectionText(p.Section, p.HoldMS))
+			if p.Section == bench.Write {
+				what += ", fencing " + onOff(p.Fenced)
+			}
+			out = append(out, fmt.Sprintf("%s: %d failed in the rounds, each retried after 10 ms; the first: %s", what, p.Errors, p.FirstError))
+		}
+	}
+	return out
 }
 
 // clientsText is "1 client" or "n clients".

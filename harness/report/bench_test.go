@@ -37,6 +37,7 @@ func benchReport() bench.Report {
 		etcd.Points = append(etcd.Points, pt(c, bench.Empty, false, 1000), pt(c, bench.Write, false, 500),
 			bench.Point{Clients: c, Section: bench.Write, Fenced: true, Skipped: bench.NoFence})
 	}
+	etcd.Points[0].Errors, etcd.Points[0].FirstError = 2, "client 0: Acquire: broken pipe"
 	hold := pt(4, bench.Hold, false, 40)
 	hold.HoldMS = 20
 	etcd.Points = append(etcd.Points, hold)
@@ -70,6 +71,7 @@ func TestWriteBench(t *testing.T) {
 		"1200 [1080–1320]", "1300 [1170–1430], 1 of 3 > 6500", "1.30",
 		"[1] redis unavailable: start it",
 		etcdGuide,
+		"etcd, 1 client, empty section: 2 failed in the rounds, each retried after 10 ms; the first: client 0: Acquire: broken pipe",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("table lacks %q:\n%s", want, text)
