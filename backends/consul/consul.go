@@ -65,10 +65,11 @@ type Config struct {
 }
 
 type locker struct {
-	c      *api.Client
-	key    string
-	ttl    time.Duration
-	closed atomic.Bool
+	c         *api.Client
+	closeIdle func() // the idle connections of a client New made
+	key       string
+	ttl       time.Duration
+	closed    atomic.Bool
 }
 
 // New returns a Locker for cfg. It does not contact the agent.
@@ -79,14 +80,14 @@ func New(cfg Config) (backends.Locker, error) {
 	if strings.HasPrefix(cfg.Key, "/") {
 		return nil, fmt.Errorf("consul: key %q must not start with /", cfg.Key)
 	}
-	c := cfg.Client
+	c, closeIdle := cfg.Client, func() {}
 	if c == nil {
 		var err error
-		if c, err = consulconn.New("consul", consulconn.Config{Address: cfg.Address, Addresses: cfg.Addresses, Token: cfg.Token, TLS: cfg.TLS, Dial: cfg.Dial}); err != nil {
+		if c, closeIdle, err = consulconn.New("consul", consulconn.Config{Address: cfg.Address, Addresses: cfg.Addresses, Token: cfg.Token, TLS: cfg.TLS, Dial: cfg.Dial}); err != nil {
 			return nil, err
 		}
 	}
-	return &locker{c: c, key: cfg.Key, ttl: cfg.TTL}, nil
+	return &locker{c: c, closeIdle: closeIdle, key: cfg.Key, ttl: cfg.TTL}, nil
 }
 
 var _ backends.TTLer = (*locker)(nil)
@@ -163,8 +164,11 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 	}
 }
 
+// Close makes Acquire fail with backends.ErrClosed and closes the idle
+// connections of the client New made (a Config.Client is left as it is).
 func (l *locker) Close() error {
 	l.closed.Store(true)
+	l.closeIdle()
 	return nil
 }
 

@@ -82,11 +82,12 @@ type Config struct {
 }
 
 type locker struct {
-	c      *api.Client
-	opts   api.LockOptions
-	ttl    time.Duration
-	delay  time.Duration
-	closed atomic.Bool
+	c         *api.Client
+	closeIdle func() // the idle connections of a client New made
+	opts      api.LockOptions
+	ttl       time.Duration
+	delay     time.Duration
+	closed    atomic.Bool
 
 	mu      sync.Mutex
 	pending map[chan struct{}]bool // stop channels of running Lock calls
@@ -105,14 +106,14 @@ func New(cfg Config) (backends.Locker, error) {
 	if cfg.LockDelay < 0 || cfg.LockWaitTime < 0 {
 		return nil, fmt.Errorf("consullock: LockDelay %v and LockWaitTime %v must not be negative", cfg.LockDelay, cfg.LockWaitTime)
 	}
-	c := cfg.Client
+	c, closeIdle := cfg.Client, func() {}
 	if c == nil {
 		var err error
-		if c, err = consulconn.New("consullock", consulconn.Config{Address: cfg.Address, Token: cfg.Token, TLS: cfg.TLS, Dial: cfg.Dial}); err != nil {
+		if c, closeIdle, err = consulconn.New("consullock", consulconn.Config{Address: cfg.Address, Token: cfg.Token, TLS: cfg.TLS, Dial: cfg.Dial}); err != nil {
 			return nil, err
 		}
 	}
-	l := &locker{c: c, ttl: cfg.TTL, delay: cfg.LockDelay, pending: map[chan struct{}]bool{}, wait: cfg.LockWaitTime}
+	l := &locker{c: c, closeIdle: closeIdle, ttl: cfg.TTL, delay: cfg.LockDelay, pending: map[chan struct{}]bool{}, wait: cfg.LockWaitTime}
 	if l.wait == 0 {
 		l.wait = api.DefaultLockWaitTime
 	}
@@ -218,7 +219,8 @@ func (l *locker) stop(stop chan struct{}) {
 // Close stops the Lock calls still waiting (abandoned Acquires) and waits
 // for them to end, which they do after their current blocking query: at most
 // LockWaitTime and a request, bounded at LockWaitTime + 5s. Their sessions
-// are destroyed by the library as they end. It is idempotent.
+// are destroyed by the library as they end. Then it closes the client's idle
+// connections. It is idempotent.
 func (l *locker) Close() error {
 	if l.closed.Swap(true) {
 		return nil
@@ -235,6 +237,7 @@ func (l *locker) Close() error {
 	case <-done:
 	case <-time.After(l.wait + 5*time.Second):
 	}
+	l.closeIdle()
 	return nil
 }
 

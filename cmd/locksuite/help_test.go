@@ -25,16 +25,18 @@ func TestHelp(t *testing.T) {
 		"seed", "stall-every", "store", "workers"}
 	sweepFlags := []string{"backend", "count", "fencing", "html", "leases", "pauses", "seed"}
 	diffFlags := []string{"all", "as", "markdown"}
+	benchFlags := []string{"backends", "clients", "duration", "fencing", "hold", "html", "json", "lease", "markdown", "rounds", "store", "takeover"}
 	for _, tc := range []struct {
 		args  []string
 		want  []string
 		flags []string
 	}{
-		{[]string{"--help"}, []string{"locksuite run [flags]", "locksuite sweep [flags]", "locksuite diff OLD NEW", "Examples:", "go install github.com/locksuite/locksuite/cmd/locksuite@latest", "Exit status"}, nil},
+		{[]string{"--help"}, []string{"locksuite run [flags]", "locksuite sweep [flags]", "locksuite diff OLD NEW", "locksuite bench [flags]", "Examples:", "go install github.com/locksuite/locksuite/cmd/locksuite@latest", "Exit status"}, nil},
 		{[]string{"help"}, []string{"locksuite run [flags]", "Examples:"}, nil},
 		{[]string{"-h"}, []string{"locksuite run [flags]"}, nil},
 		{[]string{"run", "--help"}, []string{"Usage: locksuite run", "Example:", `(default "all")`, `(default "off,on")`, "(default 2s)", "(default 3)", `(default "auto")`}, runFlags},
 		{[]string{"sweep", "--help"}, []string{"Usage: locksuite sweep", "Example:", `(default "redis")`, "(default 3)", "(default off)"}, sweepFlags},
+		{[]string{"bench", "--help"}, []string{"Usage: locksuite bench", "Example:", `(default "all")`, `(default "1,4,16,64")`, "(default 2s)", "(default 3)", `(default "killed,frozen")`}, benchFlags},
 		{[]string{"diff", "--help"}, []string{"Usage: locksuite diff", "locksuite diff before.json after.json", "locksuite diff --as redis=etcd", "Exit status: 1"}, diffFlags},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

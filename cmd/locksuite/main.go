@@ -36,7 +36,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "run", "sweep", "diff", "merge":
+	case "run", "sweep", "diff", "merge", "bench":
 		var err error
 		switch args[0] {
 		case "run":
@@ -45,6 +45,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			err = sweep(args[1:], stdout, stderr)
 		case "merge":
 			err = merge(args[1:], stdout, stderr)
+		case "bench":
+			err = benchCmd(args[1:], stdout, stderr)
 		default:
 			err = diffCmd(args[1:], stdout, stderr)
 		}

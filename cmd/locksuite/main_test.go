@@ -51,6 +51,20 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sweep", "--leases", "0s"}, `--leases: "0s" is not a positive duration`},
 		{[]string{"sweep", "--pauses", "soon"}, `--pauses: "soon" is not a positive duration`},
 		{[]string{"sweep", "--count", "0"}, "--count 0: at least one pause per cell"},
+		{[]string{"bench", "--clients", "0"}, `--clients: "0" is not a number of clients from 1 to 256`},
+		{[]string{"bench", "--clients", "4,many"}, `--clients: "many"`},
+		{[]string{"bench", "--clients", ","}, "--clients is empty"},
+		{[]string{"bench", "--rounds", "0"}, "--rounds 0: at least 1 round"},
+		{[]string{"bench", "--duration", "0s"}, "--duration 0s: it must be positive"},
+		{[]string{"bench", "--duration", "3ms", "--rounds", "3"}, "a round must last at least 1ms"},
+		{[]string{"bench", "--takeover", "sigterm"}, `--takeover: unknown "sigterm": choose from killed,frozen`},
+		{[]string{"bench", "--fencing", "maybe"}, `--fencing: unknown "maybe"`},
+		{[]string{"bench", "--backends", "memcached"}, `--backends: unknown "memcached"`},
+		{[]string{"bench", "--store", "sqlite"}, `--store "sqlite": choose postgres or etcd`},
+		{[]string{"bench", "--lease", "-1s"}, "--lease -1s: it must be positive"},
+		{[]string{"bench", "--hold", "-1s"}, "--hold -1s: it must not be negative"},
+		{[]string{"bench", "etcd"}, `unexpected argument "etcd"`},
+		{[]string{"bench", "--json", "/proc/nonexistent/b.json"}, "--json /proc/nonexistent/b.json: directory /proc is not writable"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer

@@ -28,6 +28,7 @@ Usage:
   locksuite sweep [flags]   lost updates over leases × pause lengths for one backend
   locksuite diff OLD NEW    what changed between two runs' --json rows (exit 1: kept → broken)
   locksuite merge A B ...   the matrix of a run split with --shard, from its shards' --json
+  locksuite bench [flags]   latency, throughput, fairness and takeover time of each lock
   locksuite help            show this text
 
 ` + wrap("Run 'locksuite run --help' or 'locksuite sweep --help' for their flags and defaults. By default, run runs every backend it can start or reach ("+

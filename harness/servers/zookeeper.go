@@ -68,11 +68,12 @@ func zkCommand(cfg string) ([]string, error) {
 }
 
 // zkConfig is the configuration every harness server shares: the short tick
-// and the session floor, no admin server (it would take port 8080), and the
+// and the session floor, no admin server (it would take port 8080), the
 // four-letter words the harness asks (srvr for the mode, mntr for the
-// leader's synced followers, conf, ruok); and no fsync of the transaction
-// log (forceSync=no) unless d is DurabilityPackaged (forceSync=yes, the
-// default: each transaction is fsynced before it is acknowledged).
+// leader's synced followers, conf, ruok); no cap on connections from one
+// address; and no fsync of the transaction log (forceSync=no) unless d is
+// DurabilityPackaged (forceSync=yes, the default: each transaction is
+// fsynced before it is acknowledged).
 func zkConfig(dataDir string, clientPort int, d Durability, extra ...string) string {
 	port := []string{"clientPort=" + strconv.Itoa(clientPort), "clientPortAddress=127.0.0.1"}
 	if clientPort == 0 {
@@ -87,6 +88,9 @@ func zkConfig(dataDir string, clientPort int, d Durability, extra ...string) str
 		"dataDir=" + dataDir,
 		"admin.enableServer=false",
 		"4lw.commands.whitelist=srvr,mntr,conf,ruok",
+		// No cap on connections per client address (default 60): every
+		// client of a test is on 127.0.0.1, and locksuite bench runs 64.
+		"maxClientCnxns=0",
 		"forceSync=" + map[bool]string{true: "yes", false: "no"}[d == DurabilityPackaged],
 		"autopurge.purgeInterval=0",
 	}, port...), extra...)

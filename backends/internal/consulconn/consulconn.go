@@ -35,8 +35,12 @@ type Config struct {
 // reads the CONSUL_* variables), with a transport of its own (one Locker is
 // one process's connections). With Addresses, requests go to one of them,
 // and after a request fails (the server died, a connection broke) the next
-// ones go to the next address.
-func New(pkg string, cfg Config) (*api.Client, error) {
+// ones go to the next address. closeIdle closes the transport's idle
+// connections: a Locker's Close calls it, so that the connections it kept
+// alive for reuse (up to 4 for 30 s) do not outlive it; the agent counts
+// them against its limit per client address (limits.http_max_conns_per_client,
+// 200 by default).
+func New(pkg string, cfg Config) (c *api.Client, closeIdle func(), err error) {
 	ac := api.DefaultConfig()
 	if cfg.Address != "" {
 		ac.Address = cfg.Address
@@ -55,11 +59,11 @@ func New(pkg string, cfg Config) (*api.Client, error) {
 		ac.Address = cfg.Addresses[0]
 		ac.HttpClient = &http.Client{Transport: &rotating{t: ac.Transport, addrs: cfg.Addresses}}
 	}
-	c, err := api.NewClient(ac)
+	c, err = api.NewClient(ac)
 	if err != nil {
-		return nil, fmt.Errorf("%s: client for %q: %w", pkg, redact.URL(ac.Address), redact.Error(err, ac.Token))
+		return nil, nil, fmt.Errorf("%s: client for %q: %w", pkg, redact.URL(ac.Address), redact.Error(err, ac.Token))
 	}
-	return c, nil
+	return c, ac.Transport.CloseIdleConnections, nil
 }
 
 // rotating sends each request to the current address, and moves on to the
