@@ -44,3 +44,11 @@ type LagStep interface {
 type Recovery interface {
 	Recovered() <-chan struct{}
 }
+
+// Crashed is an optional capability of a Fault that kills the lock service
+// and starts it again (Crash): Crashed reports what the crash did, and
+// whether it struck. A load that reports the restart (run.Restart) reads
+// it.
+type Crashed interface {
+	Crashed() (CrashReport, bool)
+}
