@@ -52,3 +52,12 @@ type Recovery interface {
 type Crashed interface {
 	Crashed() (CrashReport, bool)
 }
+
+// Syncer is an optional capability of a Fault whose target keeps what it
+// wrote from the disk until it syncs it (a service whose power a Crash may
+// cut): Sync makes what the target wrote so far durable, so that the fault
+// strikes only what it writes from then on. A load that means to hit one
+// moment's writes (run.Restart: the holder's grant) syncs once before it.
+type Syncer interface {
+	Sync() error
+}

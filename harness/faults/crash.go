@@ -23,6 +23,12 @@ type Crasher interface {
 	// service serves again. Its error wraps errors.ErrUnsupported when the
 	// service cannot crash so (CanCrash's reason).
 	Crash(ctx context.Context, powerLoss bool) (CrashReport, error)
+	// Sync writes what the service's processes wrote and did not sync,
+	// as sync(1) would: a power loss after it loses only what they write
+	// from then on, as when the service has run a while (an operating
+	// system writes dirty pages back within half a minute). It does
+	// nothing where power cannot be lost.
+	Sync() error
 }
 
 // CrashReport is what a Crasher's Crash did.
@@ -149,10 +155,20 @@ func (f *Crash) Span() Span {
 	return f.span
 }
 
+// Sync syncs the service (Crasher.Sync), so that the crash strikes only
+// what the service writes from now on.
+func (f *Crash) Sync() error {
+	if c, ok := f.Service.(Crasher); ok {
+		return c.Sync()
+	}
+	return nil
+}
+
 // Crashed is what the crash did, once it struck.
 func (f *Crash) Crashed() (CrashReport, bool) { return f.report, f.struck }
 
 var (
 	_ Fault   = (*Crash)(nil)
 	_ Crashed = (*Crash)(nil)
+	_ Syncer  = (*Crash)(nil)
 )

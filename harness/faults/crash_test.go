@@ -16,11 +16,14 @@ type crashable struct {
 	fails   error // Crash's error
 	down    time.Duration
 	crashes int
+	syncs   int
 }
 
 func (s *crashable) Members() []Member             { return s.members }
 func (s *crashable) Healthy(context.Context) error { return nil }
 func (s *crashable) CanCrash(bool) error           { return s.cannot }
+func (s *crashable) Sync() error                   { s.syncs++; return nil }
+func (s *crashable) synced() int                   { return s.syncs }
 func (s *crashable) Crash(_ context.Context, powerLoss bool) (CrashReport, error) {
 	if s.fails != nil {
 		return CrashReport{}, s.fails
@@ -90,6 +93,9 @@ func TestCrash(t *testing.T) {
 			}
 			if _, ok := f.Crashed(); ok {
 				t.Fatal("Crashed before the crash struck")
+			}
+			if err := f.Sync(); err != nil || tc.svc.(interface{ synced() int }).synced() != 1 {
+				t.Fatalf("Sync: %v, want the service synced once", err)
 			}
 			log := NewLog(func() time.Duration { return 10 * time.Second })
 			heal, err := log.Strike(ctx, f, false)

@@ -18,7 +18,8 @@ import (
 // Restart is the crash scenarios' load: the lock service itself fails
 // while holder A's lease is valid. Before clients A and B (0 and 1, in
 // turn) run Before critical sections, so that a fence counter has counted
-// past them; then A acquires and reads, and the run's fault (faults.Crash:
+// past them, and the service syncs what it wrote (faults.Syncer), as if it
+// had run a while; then A acquires and reads, and the run's fault (faults.Crash:
 // the service killed and started again) strikes before A writes; once the
 // service serves again, B tries one section for at most Window, cut short
 // so that A, writing next, is inside its lease by its own clock (three
@@ -56,6 +57,13 @@ func (l *Restart) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcome
 	for i := range l.Before {
 		if err := traffic.Increment(ctx, i%2, fx.Lockers[i%2], fx.Store, fx.Rec, 0, traffic.Hooks{}); err != nil {
 			return Outcome{}, fmt.Errorf("section %d before the fault: %w", i+1, err)
+		}
+	}
+	// What the service wrote so far is on its disks, as if it had run a
+	// while: a power loss hits A's grant and what follows.
+	if s, ok := f.(faults.Syncer); ok {
+		if err := s.Sync(); err != nil {
+			return Outcome{}, fmt.Errorf("syncing the service before A's section: %w", err)
 		}
 	}
 	health, d, err := r.faulted(ctx)

@@ -110,6 +110,7 @@ type memCrash struct {
 	forget, reset, breaks bool
 	took                  time.Duration
 	report                faults.CrashReport
+	syncedAt              uint64 // the fence counter when the load synced the service
 }
 
 func (f *memCrash) Applies(context.Context) error { return nil }
@@ -132,6 +133,12 @@ func (f *memCrash) Span() faults.Span {
 	return faults.Span{Lane: faults.ServiceLane, Kind: "crash", What: "crash mem"}
 }
 func (f *memCrash) Crashed() (faults.CrashReport, bool) { return f.report, !f.report.Serving.IsZero() }
+func (f *memCrash) Sync() error {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	f.syncedAt = f.s.fence
+	return nil
+}
 
 // TestRestart: a service that forgets its lock in a crash lets B in while
 // A's lease runs, and A's write loses B's update, unfenced; fenced, a
@@ -183,6 +190,9 @@ func TestRestart(t *testing.T) {
 			}
 			if !strings.Contains(row.Reason, "the service was down") || !strings.Contains(row.Reason, "A wrote") {
 				t.Errorf("the reason does not say what the restart did: %s", row.Reason)
+			}
+			if want := uint64(4); !tc.fenced && f.syncedAt != want {
+				t.Errorf("the service was synced at fence %d, want after the 4 sections before A's (%d)", f.syncedAt, want)
 			}
 			if row.Writes < 4+1 {
 				t.Errorf("%d writes: the sections before the crash and A's are missing", row.Writes)

@@ -120,6 +120,16 @@ func (c *crashing) Crash(ctx context.Context, powerLoss bool) (suite.CrashReport
 		DroppedBytes: r.Dropped.Bytes, DroppedFiles: r.Dropped.Files}, err
 }
 
+// Sync syncs the service's data directories (servers.Crasher.Sync).
+func (c *crashing) Sync() error {
+	if c.CanCrash(false) != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.c.Sync()
+}
+
 // crashable is a suite.Servers of this package's, told how it crashes.
 type crashable interface {
 	suite.Servers
