@@ -126,7 +126,7 @@ func lazyMounts(t *testing.T) []string {
 }
 
 // checkCrashHistory: the run's history has its sections and the crash, a
-// fault of the whole service.
+// fault of the whole service; a power loss says what it dropped.
 func checkCrashHistory(t *testing.T, row report.Row) {
 	t.Helper()
 	var tl report.Timeline
@@ -144,5 +144,7 @@ func checkCrashHistory(t *testing.T, row report.Row) {
 	}
 	if len(tl.Faults) != 1 || (tl.Faults[0].Kind != "crash" && tl.Faults[0].Kind != "power loss") || tl.Faults[0].Client != -1 {
 		t.Errorf("history faults %+v, want the crash of the service", tl.Faults)
+	} else if row.Scenario == suite.PowerLoss && !strings.Contains(tl.Faults[0].What, "dropped") {
+		t.Errorf("the timeline's power loss %q does not say what it dropped", tl.Faults[0].What)
 	}
 }
