@@ -28,9 +28,23 @@ import (
 // write loses B's update. After Close no server process and no lazyfs
 // mount of the Env remains.
 func TestCrashScenarios(t *testing.T) {
+	crashSpecs(t, Names, suite.ServerCrash, suite.PowerLoss)
+}
+
+// TestClusterCrashScenarios is TestCrashScenarios for the clusters
+// (Clusters): one cluster-crash and one cluster-power-loss spec on each,
+// every member killed at once.
+func TestClusterCrashScenarios(t *testing.T) {
+	crashSpecs(t, Clusters, suite.ClusterCrash, suite.ClusterPowerLoss)
+}
+
+// crashSpecs starts names crashable and runs crash, then powerLoss, once
+// on each, unfenced, checking each row (see TestCrashScenarios), and that
+// Close leaves no process and no lazyfs mount of the Env.
+func crashSpecs(t *testing.T, names []string, crash, powerLoss string) {
 	ctx := servertest.Slow(t, "crashes and restarts real servers", 10*time.Minute)
 	before := lazyMounts(t)
-	env, err := Start(ctx, Names, WithCrash())
+	env, err := Start(ctx, names, WithCrash())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +60,11 @@ func TestCrashScenarios(t *testing.T) {
 			mounts = append(mounts, m)
 		}
 	}
-	for _, n := range Names {
+	for _, n := range names {
 		if err := env.Unavailable[n]; err != nil {
 			t.Fatalf("%s: %v", n, err)
 		}
-		for _, scenario := range []string{suite.ServerCrash, suite.PowerLoss} {
+		for _, scenario := range []string{crash, powerLoss} {
 			t.Run(n+"/"+scenario, func(t *testing.T) {
 				cfg := env.Config(n, false)
 				cfg.ExpectLoss = true
@@ -61,7 +75,7 @@ func TestCrashScenarios(t *testing.T) {
 				}
 				t.Logf("%s: %d writes, counter %d: %s", row.Verdict, row.Writes, row.Counter, row.Reason)
 				if row.Verdict == report.Skipped {
-					if scenario == suite.PowerLoss && len(mounts) == 0 && strings.Contains(row.Reason, "cannot lose power") {
+					if scenario == powerLoss && len(mounts) == 0 && strings.Contains(row.Reason, "cannot lose power") {
 						t.Skip(row.Reason)
 					}
 					t.Fatalf("skipped: %s", row.Reason)
@@ -77,10 +91,10 @@ func TestCrashScenarios(t *testing.T) {
 				if !strings.Contains(row.Reason, "still held A's lock") && !strings.Contains(row.Reason, "no longer held A's lock") {
 					t.Errorf("the reason does not say whether the service still held A's lock: %s", row.Reason)
 				}
-				if scenario == suite.PowerLoss && !strings.Contains(row.Reason, "the power loss dropped") {
+				if scenario == powerLoss && !strings.Contains(row.Reason, "the power loss dropped") {
 					t.Errorf("the reason does not say what the power loss dropped: %s", row.Reason)
 				}
-				checkCrashHistory(t, row)
+				checkCrashHistory(t, row, scenario == powerLoss)
 				if n == "redis" && scenario == suite.ServerCrash && (row.Verdict != report.Broken || !strings.Contains(row.Reason, "no longer held A's lock")) {
 					t.Errorf("Redis without persistence kept A's lock across a crash? %s: %s", row.Verdict, row.Reason)
 				}
@@ -127,7 +141,7 @@ func lazyMounts(t *testing.T) []string {
 
 // checkCrashHistory: the run's history has its sections and the crash, a
 // fault of the whole service; a power loss says what it dropped.
-func checkCrashHistory(t *testing.T, row report.Row) {
+func checkCrashHistory(t *testing.T, row report.Row, powerLoss bool) {
 	t.Helper()
 	var tl report.Timeline
 	if len(row.Artifacts) != 2 {
@@ -144,7 +158,7 @@ func checkCrashHistory(t *testing.T, row report.Row) {
 	}
 	if len(tl.Faults) != 1 || (tl.Faults[0].Kind != "crash" && tl.Faults[0].Kind != "power loss") || tl.Faults[0].Client != -1 {
 		t.Errorf("history faults %+v, want the crash of the service", tl.Faults)
-	} else if row.Scenario == suite.PowerLoss && !strings.Contains(tl.Faults[0].What, "dropped") {
+	} else if powerLoss && !strings.Contains(tl.Faults[0].What, "dropped") {
 		t.Errorf("the timeline's power loss %q does not say what it dropped", tl.Faults[0].What)
 	}
 }
