@@ -56,6 +56,10 @@
 #                   LOCKSUITE_KUBE_CONTROLLER_MANAGER, LOCKSUITE_KUBE_SCHEDULER
 #                   instead), and Debian's containerd, runc,
 #                   containernetworking-plugins and iptables for its nodes
+#   redis-aof, redis-aof-always
+#                   redis-server (apt), with an append-only file, for the
+#                   crash scenarios
+#   nats-kv-sync    nothing: the embedded nats-server, syncing every write
 #   tests           chromium (apt), for the test that opens the HTML
 #                   timelines headless, and docker-compose (apt), only to
 #                   validate docker-compose.yml (no engine)
@@ -75,7 +79,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # services is every name plan knows, in suite/local's table order, then
 # tests.
-services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster kube-cluster tests"
+services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync kube-cluster tests"
 
 # plan SERVICE prints what SERVICE needs, one "apt PACKAGE" or "build
 # BINARY" line each; it fails for an unknown SERVICE. A new service adds
@@ -83,7 +87,7 @@ services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cl
 plan() {
   case $1 in
     redis) echo "apt redis-server"; echo "apt faketime" ;;
-    redis-3) echo "apt redis-server" ;;
+    redis-3 | redis-aof | redis-aof-always) echo "apt redis-server" ;;
     redis-sentinel) echo "apt redis-server"; echo "apt redis-sentinel" ;;
     postgres) echo "apt postgresql-15" ;;
     mysql) echo "apt mariadb-server" ;;
@@ -93,7 +97,7 @@ plan() {
     kube-cluster)
       echo "apt containerd"; echo "apt runc"; echo "apt containernetworking-plugins"; echo "apt iptables"
       for c in $kube_components; do echo "build $c"; done ;;
-    etcd | etcd-cluster | nats | nats-cluster) ;; # embedded
+    etcd | etcd-cluster | nats | nats-cluster | nats-kv-sync) ;; # embedded
     tests) echo "apt chromium"; echo "apt docker-compose" ;;
     *) return 1 ;;
   esac

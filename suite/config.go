@@ -183,7 +183,8 @@ type Config struct {
 	Progress func(report.Progress)
 	// Servers, if not nil, is the lock service's own processes, for the
 	// scenarios that fault the server rather than the client (ServerStall,
-	// ClockJump, and the failover scenarios, which need a Leaderer); the
+	// ClockJump, the failover scenarios, which need a Leaderer, and the
+	// crash scenarios, which need a Crasher); the
 	// fault scenarios also check Servers.Healthy before their fault and
 	// after it heals. Read when GinkgoTest registers the specs (a Lagger
 	// decides what the failover specs assert). Default nil: those

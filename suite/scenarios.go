@@ -112,6 +112,30 @@ const (
 	// ring, one-way among every node), the first after 1 s, each 3 s cut
 	// then 2 s healed.
 	PartitionRandom = "partition-random"
+
+	// ServerCrash: A acquires and reads, after A and B have run four
+	// sections (a fence counter has counted past them); the row's fault
+	// kills the lock server (SIGKILL) and starts it again at once on the
+	// same data and address (faults.Crash), before A writes; once it
+	// serves again, B tries for at most 3 s while A's lease runs; A writes
+	// and releases; three more sections follow, whose refusals by a fenced
+	// store the row counts as stuck (run.Restart). The lease is at least
+	// 20 s, longer than any restart measured, so that A's lease outlasts
+	// the restart and a grant to B is the service's forgetting, not an
+	// expiry; no run waits for it (A releases after its write). Needs
+	// Config.Servers implementing Crasher, of a single server.
+	ServerCrash = "server-crash"
+	// PowerLoss: ServerCrash with a power loss: the crash also discards
+	// what the server wrote and did not sync (Crasher.Crash with
+	// powerLoss; suite/local's servers on a FUSE filesystem that keeps
+	// unsynced data in memory, as Jepsen's LazyFS).
+	PowerLoss = "power-loss"
+	// ClusterCrash: ServerCrash with every member of a cluster killed at
+	// once and restarted together. Needs Config.Servers implementing
+	// Crasher and Leaderer (a cluster).
+	ClusterCrash = "cluster-crash"
+	// ClusterPowerLoss: ClusterCrash with a power loss of every member.
+	ClusterPowerLoss = "cluster-power-loss"
 )
 
 // Scenario families: each is a label of its scenarios' specs.
@@ -125,6 +149,9 @@ const (
 	// FamilyNodes: a cluster started on network namespaces of its own and
 	// partitioned (needs root: skipped otherwise, with the reason).
 	FamilyNodes = "nodes"
+	// FamilyCrash: the lock service killed and restarted on its data,
+	// with or without a power loss.
+	FamilyCrash = "crash"
 )
 
 // Expectation is what a spec asserts about its run's verdict.

@@ -43,3 +43,11 @@ type Restarter = faults.Restarter
 // ClockJumper is an optional capability of a Member whose wall clock the
 // harness can move (faults.ClockJumper); the clock-jump scenario needs it.
 type ClockJumper = faults.ClockJumper
+
+// Crasher is an optional capability of Servers that can kill the lock
+// service and start it again on its data, with or without a power loss
+// (faults.Crasher); the crash scenarios need it.
+type Crasher = faults.Crasher
+
+// CrashReport is what a Crasher's Crash did (faults.CrashReport).
+type CrashReport = faults.CrashReport

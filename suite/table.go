@@ -296,7 +296,7 @@ var table = append([]Scenario{
 		},
 		fault: leaderKill,
 	},
-}, nodesTable...)
+}, append(nodesTable, crashTable...)...)
 
 // splitBrain is the split-brain load on a service started with o: 1 s of
 // warm-up, the cut held 3 s past B's first grant (B waits at most 10 s),
@@ -348,5 +348,70 @@ var nodesTable = []Scenario{
 		},
 		load:     func(*Config, *run.Setup) run.Load { return &run.NodeLoop{Clients: 3} },
 		schedule: partitions,
+	},
+}
+
+// crashLease is the crash scenarios' shortest lease: longer than any
+// restart measured (up to 8 s: nats-cluster's new meta leader) and B's
+// try, so that A's lease is still running when A writes.
+const crashLease = 20 * time.Second
+
+// restart is the crash scenarios' load (run.Restart): four sections
+// before the crash, B's try of at most 3 s after it, three sections after
+// A's write; the lease at least crashLease.
+func restart(c *Config, s *run.Setup) run.Load {
+	s.Lease = max(c.Lease, crashLease)
+	return &run.Restart{Before: 4, After: 3, Window: 3 * time.Second}
+}
+
+// crash kills the lock service and restarts it (faults.Crash): a single
+// server, or every member of a cluster; with powerLoss, what it did not
+// sync is lost.
+func crash(powerLoss, cluster bool) func(*Config, *run.Fixture) faults.Fault {
+	return func(c *Config, fx *run.Fixture) faults.Fault {
+		return &faults.Crash{Service: c.Servers, PowerLoss: powerLoss, Cluster: cluster, Clock: fx.Now}
+	}
+}
+
+// crashTable are the crash scenarios (issue 25): the lock service fails
+// while a holder's lease is valid. Whether it forgets the lock depends on
+// the service and its durability setting: unfenced with ExpectLoss, each
+// measures.
+var crashTable = []Scenario{
+	{
+		Name: ServerCrash, Family: FamilyCrash, Exclusive: true, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when the lock server crashes and restarts while a holder is about to write",
+			Measures: "measures whether an update is lost when the lock server crashes and restarts while a holder is about to write",
+		},
+		load:  restart,
+		fault: crash(false, false),
+	},
+	{
+		Name: PowerLoss, Family: FamilyCrash, Exclusive: true, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when the lock server loses power (its unsynced writes dropped) and restarts while a holder is about to write",
+			Measures: "measures whether an update is lost when the lock server loses power (its unsynced writes dropped) and restarts while a holder is about to write",
+		},
+		load:  restart,
+		fault: crash(true, false),
+	},
+	{
+		Name: ClusterCrash, Family: FamilyCrash, Exclusive: true, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when every member of the cluster crashes and restarts while a holder is about to write",
+			Measures: "measures whether an update is lost when every member of the cluster crashes and restarts while a holder is about to write",
+		},
+		load:  restart,
+		fault: crash(false, true),
+	},
+	{
+		Name: ClusterPowerLoss, Family: FamilyCrash, Exclusive: true, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "keeps the invariant when every member of the cluster loses power (their unsynced writes dropped) and restarts while a holder is about to write",
+			Measures: "measures whether an update is lost when every member of the cluster loses power (their unsynced writes dropped) and restarts while a holder is about to write",
+		},
+		load:  restart,
+		fault: crash(true, true),
 	},
 }

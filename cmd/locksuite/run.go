@@ -40,6 +40,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if o.store != "" {
 		lopts = append(lopts, local.WithStore(o.store))
 	}
+	// The crash scenarios need crashable servers, which cost the others
+	// time: only when one is selected.
+	if slices.ContainsFunc(o.scenarios, func(s string) bool { return slices.Contains(suite.Names(suite.FamilyCrash), s) }) {
+		lopts = append(lopts, local.WithCrash())
+	}
 	if spec, isWorker, _ := worker.FromEnv(); isWorker {
 		// A chaos worker needs its own Config's backend only, and its
 		// coordinator's counter store: not a probe of every named server.

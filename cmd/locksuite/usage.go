@@ -58,10 +58,12 @@ func backendsHelp() string {
 	for _, s := range servicesOf(local.WhenNamed) {
 		whenNamed = append(whenNamed, s.Server+" or the cluster "+s.Variable+" names")
 	}
+
 	return "comma-separated backends: " + strings.Join(local.Names, ",") + " (all); lock libraries as they ship, started here when named: " +
 		strings.Join(local.Libraries, ",") + " (libraries); each is started here (" + strings.Join(started, "; ") + ") or taken from " +
 		strings.Join(local.Variables(), ", ") + "; clusters, started here when named (not by all): " + strings.Join(local.Clusters, ",") +
-		"; on " + or(whenNamed) + ", when named: " + strings.Join(local.WhenNamed, ",")
+		"; on " + or(whenNamed) + ", when named: " + strings.Join(local.WhenNamed, ",") +
+		"; durability settings of redis-server and nats-server for the crash scenarios (docs/crash.md), when named: " + strings.Join(local.Variants, ",")
 }
 
 // storeHelp is the help of run's --store.

@@ -44,3 +44,20 @@ type LagStep interface {
 type Recovery interface {
 	Recovered() <-chan struct{}
 }
+
+// Crashed is an optional capability of a Fault that kills the lock service
+// and starts it again (Crash): Crashed reports what the crash did, and
+// whether it struck. A load that reports the restart (run.Restart) reads
+// it.
+type Crashed interface {
+	Crashed() (CrashReport, bool)
+}
+
+// Syncer is an optional capability of a Fault whose target keeps what it
+// wrote from the disk until it syncs it (a service whose power a Crash may
+// cut): Sync makes what the target wrote so far durable, so that the fault
+// strikes only what it writes from then on. A load that means to hit one
+// moment's writes (run.Restart: the holder's grant) syncs once before it.
+type Syncer interface {
+	Sync() error
+}

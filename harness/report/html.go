@@ -26,6 +26,10 @@ type Fault struct {
 	// "session killed"; for the service "server sigstop", "leader killed",
 	// "clock jump".
 	Kind string `json:"kind"`
+	// What, if not empty, is what the fault struck, as the row's schedule
+	// says it ("power loss of redis-server, dropped 243 B of 1 file
+	// (…)"): the timeline shows it on the fault.
+	What string `json:"what,omitempty"`
 }
 
 // Timeline is one run's record: its result, every critical section and
@@ -84,7 +88,7 @@ func WriteHTML(w io.Writer, t Timeline) error {
 	type fault struct {
 		Client     int
 		Start, End int64
-		Kind       string
+		Kind, What string
 	}
 	data := struct {
 		Sections []sec
@@ -98,7 +102,7 @@ func WriteHTML(w io.Writer, t Timeline) error {
 		data.Overlaps = append(data.Overlaps, pair{o.A, o.B, int64(o.Start), int64(o.End)})
 	}
 	for _, f := range t.Faults {
-		data.Faults = append(data.Faults, fault{f.Client, int64(f.Start), int64(f.End), f.Kind})
+		data.Faults = append(data.Faults, fault{f.Client, int64(f.Start), int64(f.End), f.Kind, f.What})
 	}
 	js, err := json.Marshal(data) // escapes <, > and &: safe inside <script>
 	if err != nil {
@@ -218,7 +222,7 @@ svg text { font: 12px system-ui, sans-serif; fill: #333; }
     var s = span(f.Start, f.End, 2), all = f.Client < 0, y = all ? top : top + lane * row[f.Client];
     var h = all ? lane * Math.max(ids.length, 1) - 4 : lane - 4;
     var e = el('rect', {'class': 'fault', 'data-client': f.Client, x: s[0], y: y, width: s[1], height: h, fill: 'url(#hatch)', stroke: '#555', 'stroke-dasharray': '3 2'});
-    el('title', {}, f.Kind + ' ' + ((f.End - f.Start) / 1e6).toFixed(0) + ' ms');
+    el('title', {}, (f.What || f.Kind) + ' ' + ((f.End - f.Start) / 1e6).toFixed(0) + ' ms');
     e.appendChild(svg.lastChild); n.faults++;
     if (s[1] > 60) el('text', {x: s[0] + 3, y: y + 10, style: 'font-size:10px'}, f.Kind);
   });

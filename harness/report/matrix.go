@@ -30,6 +30,9 @@ type Cell struct {
 	Runs                           []Row // empty: the scenario did not run for this line
 	Kept, Broken, Unknown, Skipped int
 	Lost                           int64 // lost updates, summed over the runs
+	// Stuck counts the kept runs in which the sections after a restart
+	// did not write (Row.Stuck).
+	Stuck int
 	// Unexpected counts the kept or broken runs whose verdict is not the
 	// one the spec expected (Row.Expected): the findings.
 	Unexpected int
@@ -54,10 +57,12 @@ func (c Cell) Class() string {
 }
 
 // Text is the cell as the matrix prints it: for one run "kept",
+// "kept, stuck" (kept, the sections after a restart did not write:
+// Row.Stuck),
 // "BROKEN 4 lost", "unknown [2]" or "– [1]" (skipped; [n] is the note with
-// the reason); for repeated runs the counts, "broken 10/10" or "kept 5/5";
-// a trailing "!" when a verdict was not the expected one; "" when nothing
-// ran.
+// the reason); for repeated runs the counts, "broken 10/10", "kept 5/5" or
+// "kept 5/5, stuck 5/5"; a trailing "!" when a verdict was not the
+// expected one; "" when nothing ran.
 func (c Cell) Text() string {
 	n := len(c.Runs)
 	ran := n - c.Skipped
@@ -71,6 +76,8 @@ func (c Cell) Text() string {
 		s = fmt.Sprintf("BROKEN %d lost", c.Lost)
 	case n == 1 && c.Broken == 1:
 		s = "BROKEN"
+	case n == 1 && c.Stuck == 1:
+		s = "kept, stuck"
 	case n == 1:
 		s = c.Class()
 	default:
@@ -83,6 +90,9 @@ func (c Cell) Text() string {
 		}
 		if len(parts) == 0 {
 			parts = append(parts, fmt.Sprintf("kept %d/%d", c.Kept, ran))
+		}
+		if c.Stuck > 0 {
+			parts = append(parts, fmt.Sprintf("stuck %d/%d", c.Stuck, ran))
 		}
 		s = strings.Join(parts, ", ")
 	}
@@ -127,6 +137,9 @@ func NewMatrix(rows []Row) Matrix {
 		switch r.Verdict {
 		case Kept:
 			c.Kept++
+			if r.Stuck > 0 {
+				c.Stuck++
+			}
 		case Broken:
 			c.Broken++
 		case Skipped:
@@ -152,6 +165,7 @@ func NewMatrix(rows []Row) Matrix {
 
 // legend explains the cells; printed under every matrix.
 const legend = "kept: every acknowledged write counted. BROKEN n lost: n acknowledged writes lost (BROKEN alone: sections overlapped).\n" +
+	"stuck: kept, but the sections after the lock service restarted did not write (refused by the fenced store, or not granted).\n" +
 	"unknown: no verdict. –: skipped. [n]: note n. !: not the verdict the spec expected (a finding). --repeat: broken runs/runs."
 
 // WriteMatrix prints rows as an aligned Matrix, then the legend and the

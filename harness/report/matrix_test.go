@@ -18,6 +18,8 @@ func TestMatrixCells(t *testing.T) {
 	b0.Lost = 0
 	measured := b
 	measured.Expected = Measured
+	stuck := k
+	stuck.Stuck = 3
 	for _, tc := range []struct {
 		name  string
 		rows  []Row
@@ -34,6 +36,8 @@ func TestMatrixCells(t *testing.T) {
 		{"repeated, all broken", []Row{b, b, b}, "broken 3/3", "broken"},
 		{"repeated, mixed", []Row{k, b, u, k}, "broken 1/4, unknown 1/4 [1]", "broken"},
 		{"repeated, kept", []Row{k, k}, "kept 2/2", "kept"},
+		{"kept, stuck", []Row{stuck}, "kept, stuck", "kept"},
+		{"repeated, kept, some stuck", []Row{k, stuck, stuck}, "kept 3/3, stuck 2/3", "kept"},
 		{"repeated, skipped", []Row{sk, sk}, "– [1]", "skipped"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

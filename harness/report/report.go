@@ -65,6 +65,13 @@ type Row struct {
 	Schedule     string  `json:"schedule,omitempty"`
 	WritesPerSec float64 `json:"writes_per_sec,omitempty"`
 	MaxWaitMS    int64   `json:"max_wait_ms,omitempty"`
+	// Stuck counts the critical sections after the lock service
+	// restarted (the crash scenarios) that did not write: refused by a
+	// fenced store (a fence counter that went back with the restart
+	// leaves every later holder below the fence the store recorded
+	// before) or not granted at all (a lock the restart left unusable).
+	// A kept row with Stuck kept the counter right and stopped progress.
+	Stuck int `json:"stuck,omitempty"`
 	// Health is what the lock service's health checks said before a server
 	// or network fault and after it healed ("ok before; ok after 120ms"),
 	// when the scenario could check it (suite.Config.Servers set).
@@ -155,7 +162,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 	fmt.Fprintln(tw, "BACKEND\tFENCING\tSCENARIO\tWRITES\tCOUNTER\tLOST\tOVERLAPS\tREJECTED\tLEASE\tTIME\tVERDICT")
 	for _, r := range rows {
 		verdict := string(r.Verdict)
-		if r.Reason != "" && r.Verdict != Kept {
+		if r.Reason != "" && (r.Verdict != Kept || r.Stuck > 0) {
 			verdict += ": " + r.Reason
 		}
 		if r.Verdict == Skipped {
@@ -244,7 +251,7 @@ func WriteMarkdown(w io.Writer, rows []Row) error {
 		case Unknown:
 			v = "*unknown*"
 		}
-		if r.Reason != "" && r.Verdict != Kept {
+		if r.Reason != "" && (r.Verdict != Kept || r.Stuck > 0) {
 			v += ": " + strings.ReplaceAll(r.Reason, "|", "\\|")
 		}
 		if _, err := fmt.Fprintf(w, "| %s | %s | %s | %d | %d | %d | %d | %d | %s |\n", r.Backend, onOff(r.Fencing), r.Scenario,

@@ -58,7 +58,7 @@ func (fx *Fixture) keep(row report.Row) report.Row {
 	}
 	t := report.Timeline{Row: row, Key: fx.Key, Sections: fx.Rec.Sections(), Faults: []report.Fault{}}
 	for _, s := range fx.Log.Spans() {
-		t.Faults = append(t.Faults, report.Fault{Client: s.Lane, Start: s.Start, End: s.End, Kind: s.Kind})
+		t.Faults = append(t.Faults, report.Fault{Client: s.Lane, Start: s.Start, End: s.End, Kind: s.Kind, What: s.What})
 	}
 	base := filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(fx.Key))
 	for _, f := range []struct {

@@ -46,28 +46,12 @@ func (h *Holder) Prepare(ctx context.Context, fx *Fixture) error { return fx.Sta
 func (h *Holder) Planned(fx *Fixture) time.Duration { return fx.Expiry() }
 
 func (h *Holder) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcome, error) {
-	r := &holderRun{Holder: h, fx: fx, f: f, lostAt: make(chan time.Time, 1)}
-	health, err := r.healthBefore(ctx)
+	r := newHolderRun(h, fx, f)
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	health, d, err := r.faulted(ctx)
 	if err != nil {
 		return Outcome{}, err
-	}
-	if h.Hold != nil {
-		r.hold = h.Hold(fx)
-	}
-	t0 := time.Now()
-	// A bound on the whole, for a Locker that never grants a free lock.
-	ctx, cancel := context.WithTimeout(ctx, 2*probeTimeout+r.hold+fx.StallBound())
-	defer cancel()
-	if err := r.sectionA(ctx); err != nil {
-		return Outcome{}, err
-	}
-	d := time.Since(t0)
-	if h.Health && fx.Servers != nil {
-		after, err := r.healthAfter(ctx)
-		if err != nil {
-			return Outcome{}, err
-		}
-		health += after
 	}
 	if !r.bIn { // B never got in while A held: it gets its turn now
 		err := traffic.Increment(ctx, 1, fx.Lockers[1], fx.Store, fx.Rec, 0, traffic.Hooks{})
@@ -81,6 +65,41 @@ func (h *Holder) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcome,
 	}}, nil
 }
 
+func newHolderRun(h *Holder, fx *Fixture, f faults.Fault) *holderRun {
+	r := &holderRun{Holder: h, fx: fx, f: f, lostAt: make(chan time.Time, 1)}
+	if h.Hold != nil {
+		r.hold = h.Hold(fx)
+	}
+	return r
+}
+
+// bound bounds the run, for a Locker that never grants a free lock.
+func (r *holderRun) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, 2*probeTimeout+r.hold+r.fx.StallBound())
+}
+
+// faulted is A's section with the fault and B's try (sectionA), between
+// the service's health checks (Holder.Health): it returns what they said
+// and how long A's section took.
+func (r *holderRun) faulted(ctx context.Context) (health string, d time.Duration, err error) {
+	if health, err = r.healthBefore(ctx); err != nil {
+		return "", 0, err
+	}
+	t0 := time.Now()
+	if err := r.sectionA(ctx); err != nil {
+		return "", 0, err
+	}
+	d = time.Since(t0)
+	if r.Health && r.fx.Servers != nil {
+		after, err := r.healthAfter(ctx)
+		if err != nil {
+			return "", 0, err
+		}
+		health += after
+	}
+	return health, d, nil
+}
+
 // holderRun is one run of a Holder: what happened to A and B.
 type holderRun struct {
 	*Holder
@@ -90,6 +109,7 @@ type holderRun struct {
 
 	grantedAt, wroteAt time.Time // A's grant, and A's write once the fault healed
 	bGrantedAt, told   time.Time // B's grant; when A's lease said it was lost
+	aFence, bFence     uint64    // A's and B's fences
 	lostAt             chan time.Time
 	struck, bIn        bool // the fault struck; B got in while A held
 	faultFor, bWaited  time.Duration
@@ -151,7 +171,7 @@ func (r *holderRun) sectionA(ctx context.Context) error {
 // granted keeps A's lease (for a fault that needs it: Fixture.Lease0) and
 // watches for its loss, if it can tell (backends.LossNotifier).
 func (r *holderRun) granted(l backends.Lease, stop <-chan struct{}) {
-	r.fx.lease, r.grantedAt = l, time.Now()
+	r.fx.lease, r.grantedAt, r.aFence = l, time.Now(), l.Fence()
 	if n, ok := l.(backends.LossNotifier); ok {
 		go func() {
 			select {
@@ -192,7 +212,7 @@ func (r *holderRun) beforeWrite(ctx context.Context, wg *sync.WaitGroup) {
 	go func() {
 		defer wg.Done()
 		defer close(done)
-		r.errB = traffic.Increment(bctx, 1, r.fx.Lockers[1], r.fx.Store, r.fx.Rec, 0, traffic.Hooks{Granted: func(backends.Lease) { r.bGrantedAt = time.Now() }})
+		r.errB = traffic.Increment(bctx, 1, r.fx.Lockers[1], r.fx.Store, r.fx.Rec, 0, traffic.Hooks{Granted: func(l backends.Lease) { r.bGrantedAt, r.bFence = time.Now(), l.Fence() }})
 	}()
 	if r.hold > 0 {
 		_ = wait.For(ctx, r.hold)

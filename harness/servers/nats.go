@@ -122,8 +122,12 @@ func (s *NATS) embed(ctx context.Context, spec natsMemberSpec) error {
 }
 
 // runProcess runs the server as a child process, its store in the data
-// directory, and its monitoring port (for the readiness check: /healthz,
-// JetStream on and current) on httpPort.
+// directory, and its monitoring port (for the readiness check:
+// /healthz?js-server-only=true, the server and JetStream up) on httpPort.
+// Not the streams: a stream that cannot be recovered (a power loss can
+// leave one so, its metadata files written and not synced at the default
+// sync interval) fails /healthz for good, while the server serves every
+// other stream, and new ones.
 func (s *NATS) runProcess(ctx context.Context, o options, spec natsMemberSpec, httpPort int) error {
 	var err error
 	if s.data, err = newDataDir(s.dir, "jetstream", o.lazy, nil); err != nil {
@@ -131,7 +135,7 @@ func (s *NATS) runProcess(ctx context.Context, o options, spec natsMemberSpec, h
 	}
 	spec.Dir, spec.HTTPPort = s.data.path, httpPort
 	hc := &http.Client{Timeout: 2 * time.Second}
-	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort)
+	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz?js-server-only=true", httpPort)
 	start := func() (*proc, error) { return startSelfMember(spawn.Start, "nats", s.dir, natsMemberEnv, spec) }
 	return s.run(ctx, "nats", 20*time.Second, start, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)

@@ -21,7 +21,7 @@ func TestEndpointOf(t *testing.T) {
 	}
 
 	t.Setenv("REDIS_URL", "rediss://alice:s3cret@redis.example:6380/2")
-	c, err := redisFromEnv()
+	c, err := redisService.fromEnv()
 	if err != nil {
 		t.Fatal(err)
 	}

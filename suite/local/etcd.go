@@ -28,13 +28,16 @@ import (
 var etcdService = &service{
 	name: "etcd", title: "etcd", server: "an embedded etcd server",
 	lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
-	vars:       []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
-	fromEnv:    etcdFromEnv("etcd", "ETCDCTL_ENDPOINTS"),
-	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartEtcd(ctx) },
+	vars:    []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
+	fromEnv: etcdFromEnv("etcd", "ETCDCTL_ENDPOINTS"),
+	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
+		return servers.StartEtcd(ctx, o...)
+	},
 	probe:      probeEtcd,
 	diagnose:   diagnoseEtcd,
 	hostPortOf: func(ep string) string { return stripScheme(strings.Split(ep, ",")[0]) },
-	servers:    embedded,
+	servers:    oneProcess("etcd", noClockGo),
+	durability: servers.DurabilityPackaged,
 	version:    func() string { return "embedded: " + etcdServerModule + " v" + version.Version },
 	store:      openEtcdStore,
 }
@@ -42,7 +45,9 @@ var etcdService = &service{
 // etcdCluster is three etcd members; named by its variable, it takes the
 // ETCDCTL_* credentials and TLS settings.
 var etcdCluster = clusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", etcdService,
-	func(ctx context.Context) (servers.Cluster, error) { return servers.StartEtcdCluster(ctx, 3) }).
+	func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
+		return servers.StartEtcdCluster(ctx, 3, o...)
+	}).
 	withSecurityOf(etcdService, etcdFromEnv("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER")).
 	onThreeNodes(func(ctx context.Context, h *servers.Hosts) (servers.Cluster, error) {
 		return servers.StartEtcdClusterOn(ctx, h, 3)

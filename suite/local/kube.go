@@ -51,7 +51,7 @@ var kubeService = &service{
 	lease: time.Second, pause: 3 * time.Second, pauses: 3, duration: 10 * time.Second,
 	vars:       []string{"KUBECONFIG", KubeNamespaceEnv},
 	fromEnv:    kubeFromEnv,
-	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartKube(ctx) },
+	start:      func(ctx context.Context, _ ...servers.Option) (servers.Server, error) { return servers.StartKube(ctx) },
 	timeout:    120 * time.Second, // kube-apiserver waits for its informers: 3-4 s idle, more on a busy machine
 	connect:    kubeConnect,
 	probe:      probeKube,
@@ -194,7 +194,7 @@ func kubeHostPort(ep string) string {
 func kubeServers(sv *service, s servers.Server) suite.Servers {
 	k := &kubeMembers{svc: sv, c: &conn{rest: s.(servers.Kube).RestConfig(), namespace: s.(servers.Kube).Namespace()}}
 	if a, ok := s.(*servers.KubeAPIServer); ok {
-		k.members = []suite.Member{&member{name: "kube-apiserver", pid: a.Pid(), jump: unsupported(noClockKube)}}
+		k.members = []suite.Member{&member{name: "kube-apiserver", proc: a.Member(), jump: unsupported(noClockKube)}}
 	}
 	return k
 }
@@ -203,6 +203,7 @@ type kubeMembers struct {
 	svc     *service
 	c       *conn
 	members []suite.Member
+	*crashing
 }
 
 func (k *kubeMembers) Members() []suite.Member { return k.members }

@@ -1,6 +1,7 @@
 // Package local gives the suite its backends on this machine: one adapter
 // per lock service (Names), the lock libraries people use (Libraries), the
-// Kubernetes Lease backends (WhenNamed) and replicated clusters (Clusters).
+// Kubernetes Lease backends (WhenNamed), replicated clusters (Clusters)
+// and the crash scenarios' durability settings (Variants).
 // It starts each server itself (harness/servers), or connects to one the
 // user names with the ecosystem's own environment variables, and builds a
 // suite.Config for each backend (Env.Config), or for a lock of the
@@ -31,6 +32,9 @@
 //	LOCKSUITE_CONSUL_CLUSTER, LOCKSUITE_ETCD_CLUSTER, LOCKSUITE_REDIS_SENTINEL,
 //	LOCKSUITE_ZOOKEEPER_ENSEMBLE, LOCKSUITE_NATS_CLUSTER
 //	                   a cluster of the user's (see Clusters)
+//	LOCKSUITE_REDIS_AOF, LOCKSUITE_REDIS_AOF_ALWAYS, LOCKSUITE_NATS_SYNC
+//	                   a server of the user's with a variant's durability
+//	                   setting (see Variants)
 //
 // Each service is described once, in its own file (redis.go, postgres.go,
 // ...): its backends, how to start a server, the variables that name one,
@@ -103,6 +107,21 @@ var Libraries = namesOf(library)
 // its URLs (LOCKSUITE_NATS_CLUSTER); redis-sentinel takes none.
 var Clusters = namesOf(cluster)
 
+// Variants are the backends of the crash scenarios' durability settings,
+// each its service's adapter on a server started with another setting,
+// in report order. They are started only when named (not by "all"); a
+// server of the user's with that setting is named by the variable given:
+//
+//	redis-aof         redis-server with appendonly yes, appendfsync everysec
+//	                  (LOCKSUITE_REDIS_AOF)
+//	redis-aof-always  redis-server with appendonly yes, appendfsync always
+//	                  (LOCKSUITE_REDIS_AOF_ALWAYS)
+//	nats-kv-sync      nats-server with JetStream's sync_interval: always
+//	                  (LOCKSUITE_NATS_SYNC)
+//
+// The crash scenarios need the servers started WithCrash.
+var Variants = namesOf(variant)
+
 // WhenNamed are the backends started only when named (not by "all" or
 // "libraries"), on a Kubernetes API: kube-apiserver, which ci/setup.sh
 // builds (about 5 minutes once) and which takes seconds to start, or the
@@ -137,12 +156,17 @@ type Env struct {
 	store *counterStore
 	// clusters the harness started, by name: their Configs carry Servers.
 	clusters map[string]servers.Cluster
+	crash    bool       // WithCrash
+	crashMu  sync.Mutex // held by a Crash, and by Close
 }
 
 // Option changes what Start provides.
 type Option func(*options)
 
-type options struct{ store string }
+type options struct {
+	store string
+	crash bool
+}
 
 // WithStore picks the counter store: one of Stores (Start's error names
 // the choices). Default: see Start.
@@ -164,7 +188,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}}
+	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}, crash: o.crash}
 	want := map[string]bool{}
 	for _, n := range names {
 		if s, ok := serviceOf(n); ok {
@@ -188,7 +212,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				made[i] = s.provide(ctx)
+				made[i] = s.provide(ctx, e.crash)
 			}()
 		}
 	}
@@ -217,11 +241,15 @@ type provided struct {
 	named *conn // the environment's connection, if it named the server
 	mc    *conn // connect's, for a server started here
 	err   error
+	// noPower, for a server started crashable, is why it cannot lose
+	// power (FUSE is not available), if it cannot.
+	noPower string
 }
 
-// provide starts service s or connects to the one the environment names.
-// It touches no Env: add records what it made.
-func (s *service) provide(ctx context.Context) provided {
+// provide starts service s (crash: crashable, as WithCrash) or connects
+// to the one the environment names. It touches no Env: add records what it
+// made.
+func (s *service) provide(ctx context.Context, crash bool) provided {
 	timeout := s.timeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
@@ -233,11 +261,16 @@ func (s *service) provide(ctx context.Context) provided {
 		return provided{err: err}
 	}
 	var p provided
-	if c != nil {
+	switch {
+	case c != nil:
 		p.srv, p.named, p.err = servers.External(s.name, c.endpoint), c, s.check(ctx, c)
 		return p
+	case crash:
+		p.srv, p.noPower, p.err = startCrashable(ctx, s)
+	default:
+		p.srv, p.err = s.start(ctx, startOptions(s, false, false)...)
 	}
-	if p.srv, p.err = s.start(ctx); p.err != nil {
+	if p.err != nil {
 		return p
 	}
 	if s.connect != nil {
@@ -269,7 +302,11 @@ func (e *Env) add(s *service, p provided) {
 		e.clusters[s.name] = cl
 	}
 	if p.named == nil && s.servers != nil {
-		e.started[s.name] = s.servers(s, p.srv)
+		ss := s.servers(s, p.srv)
+		if cs, ok := ss.(crashable); ok {
+			cs.setCrashing(e.crashingOf(p.srv, e.crash, p.noPower))
+		}
+		e.started[s.name] = ss
 	}
 }
 
@@ -499,8 +536,11 @@ func (e *Env) CopyLogs(dir string) ([]string, error) {
 	return out, nil
 }
 
-// Close stops the servers Start started and closes its connections.
+// Close stops the servers Start started and closes its connections. It
+// waits for a crash in progress to end.
 func (e *Env) Close() {
+	e.crashMu.Lock()
+	defer e.crashMu.Unlock()
 	if e.store != nil {
 		e.store.close()
 	}

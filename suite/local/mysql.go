@@ -28,9 +28,12 @@ var mysqlService = &service{
 	fromEnv:    mysqlFromEnv,
 	diagnose:   diagnoseMySQL,
 	hostPortOf: mysqlHostPort,
-	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartMariaDB(ctx) },
+	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
+		return servers.StartMariaDB(ctx, o...)
+	},
 	probe:      probeMySQL,
 	servers:    oneProcess("mariadbd", noClockMariaDB),
+	durability: servers.DurabilityPackaged,
 	version:    func() string { return binVersion(nil, "mariadbd", "/usr/sbin/mariadbd", "mysqld", "/usr/sbin/mysqld") },
 }
 

@@ -29,20 +29,30 @@ var natsService = &service{
 	fromEnv:    natsFromEnv("NATS_URL"),
 	diagnose:   diagnoseNATS,
 	hostPortOf: natsHostPort,
-	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartNATS(ctx) },
-	probe:      probeNATS,
-	servers:    embedded,
-	version:    func() string { return "embedded: " + natsServerModule + " v" + server.VERSION },
+	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
+		return servers.StartNATS(ctx, o...)
+	},
+	probe:   probeNATS,
+	servers: oneProcess("nats-server", noClockGo),
+	version: func() string { return "embedded: " + natsServerModule + " v" + server.VERSION },
 }
 
 // natsCluster is three NATS servers; named by its variable, it takes the
 // credentials in its URLs.
 var natsCluster = func() *service {
 	s := clusterOf("nats-cluster", "a NATS cluster", "three embedded nats-servers", "LOCKSUITE_NATS_CLUSTER", natsService,
-		func(ctx context.Context) (servers.Cluster, error) { return servers.StartNATSCluster(ctx, 3) })
+		func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
+			return servers.StartNATSCluster(ctx, 3, o...)
+		})
 	s.fromEnv = natsFromEnv("LOCKSUITE_NATS_CLUSTER") // credentials in the URLs
 	return s
 }()
+
+// natsSync is the embedded nats-server with JetStream's sync_interval:
+// always (every write synced before it is acknowledged), for the crash
+// scenarios: the server's default syncs every 2 minutes.
+var natsSync = variantOf(natsService, "nats-kv-sync", "NATS with sync_interval always", "an embedded nats-server with sync_interval: always",
+	"LOCKSUITE_NATS_SYNC", servers.DurabilitySyncAlways, natsFromEnv("LOCKSUITE_NATS_SYNC"))
 
 const (
 	natsClientModule = "github.com/nats-io/nats.go"
@@ -50,13 +60,17 @@ const (
 )
 
 var natsBackends = []backend{
-	{name: "nats-kv", kind: adapter, on: natsService, modules: []string{natsClientModule, natsServerModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-		return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
-	}},
+	{name: "nats-kv", kind: adapter, on: natsService, modules: []string{natsClientModule, natsServerModule}, newLocker: newNATSKV},
 	{name: "nats-cluster", kind: cluster, on: natsCluster, modules: []string{natsClientModule, natsServerModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 		// The lock's bucket replicated on all three servers.
 		return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Replicas: 3})
 	}},
+	{name: "nats-kv-sync", kind: variant, on: natsSync, modules: []string{natsClientModule, natsServerModule}, newLocker: newNATSKV},
+}
+
+// newNATSKV is the nats-kv adapter's Locker on the server at c.
+func newNATSKV(c *conn, cl suite.Client) (backends.Locker, error) {
+	return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
 // natsFromEnv returns the fromEnv of a NATS service named by variable ev

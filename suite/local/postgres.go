@@ -27,14 +27,17 @@ import (
 var postgresService = &service{
 	name: "postgres", title: "Postgres", server: "initdb and postgres",
 	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-	vars:       []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
-	fromEnv:    postgresFromEnv,
-	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartPostgres(ctx) },
+	vars:    []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
+	fromEnv: postgresFromEnv,
+	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
+		return servers.StartPostgres(ctx, o...)
+	},
 	probe:      probePostgres,
 	diagnose:   diagnosePostgres,
 	hostPortOf: pgHostPort,
 	startTLS:   true,
 	servers:    oneProcess("postgres", noClockPostgres),
+	durability: servers.DurabilityPackaged,
 	version:    func() string { return binVersion(nil, "postgres", "/usr/lib/postgresql/*/bin/postgres") },
 	store:      openPgStore,
 }

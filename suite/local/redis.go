@@ -29,9 +29,11 @@ const RedisCACertEnv = "LOCKSUITE_REDIS_CACERT"
 var redisService = &service{
 	name: "redis", title: "Redis", server: "redis-server",
 	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-	vars:       []string{"REDIS_URL", RedisCACertEnv},
-	fromEnv:    redisFromEnv,
-	start:      func(ctx context.Context) (servers.Server, error) { return servers.StartRedis(ctx) },
+	vars:    []string{"REDIS_URL", RedisCACertEnv},
+	fromEnv: redisFromEnv("redis", "REDIS_URL"),
+	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
+		return servers.StartRedis(ctx, o...)
+	},
 	probe:      probeRedis,
 	diagnose:   diagnoseRedis,
 	hostPortOf: urlHost,
@@ -52,7 +54,7 @@ var redis3Service = &service{
 	vars:    []string{"LOCKSUITE_REDIS_NODES"},
 	shared:  []string{RedisCACertEnv},
 	fromEnv: redisNodesFromEnv,
-	start:   func(ctx context.Context) (servers.Server, error) { return startRedisNodes(ctx, 3) },
+	start:   func(ctx context.Context, _ ...servers.Option) (servers.Server, error) { return startRedisNodes(ctx, 3) },
 	probe:   probeNodes,
 	version: redisService.version,
 	noCompose: "three independent servers: run three redis services of the compose file's kind and name them in " +
@@ -65,7 +67,9 @@ var redis3Service = &service{
 // Sentinel on each of the others.
 var redisSentinel = func() *service {
 	s := clusterOf("redis-sentinel", "Redis with Sentinel", "redis-server and redis-sentinel (a primary, a replica, three Sentinels)", "LOCKSUITE_REDIS_SENTINEL", redisService,
-		func(ctx context.Context) (servers.Cluster, error) { return servers.StartRedisSentinel(ctx) })
+		func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
+			return servers.StartRedisSentinel(ctx, o...)
+		})
 	s.nodes = &onNodes{n: 5, members: 2, direct: redisDirect,
 		start: func(ctx context.Context, h *servers.Hosts, o suite.NodeOptions) (servers.Cluster, error) {
 			var so servers.SentinelOptions
@@ -79,19 +83,35 @@ var redisSentinel = func() *service {
 
 const goRedisModule = "github.com/redis/go-redis/v9"
 
+// redisAOF and redisAOFAlways are redis-server with an append-only file,
+// fsynced every second or at every write (Redis's answer to a restart
+// that forgets a lock), for the crash scenarios.
+var (
+	redisAOF = variantOf(redisService, "redis-aof", "Redis with appendfsync everysec", "redis-server with appendonly yes, appendfsync everysec",
+		"LOCKSUITE_REDIS_AOF", servers.DurabilityAppendFsyncEverysec, redisFromEnv("redis-aof", "LOCKSUITE_REDIS_AOF"))
+	redisAOFAlways = variantOf(redisService, "redis-aof-always", "Redis with appendfsync always", "redis-server with appendonly yes, appendfsync always",
+		"LOCKSUITE_REDIS_AOF_ALWAYS", servers.DurabilityAppendFsyncAlways, redisFromEnv("redis-aof-always", "LOCKSUITE_REDIS_AOF_ALWAYS"))
+)
+
 var redisBackends = []backend{
-	{name: "redis", kind: adapter, on: redisService, modules: []string{goRedisModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-		if strings.Contains(c.endpoint, "://") {
-			return redis.New(redis.Config{URL: c.endpoint, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
-		}
-		return redis.New(redis.Config{Addr: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
-	}},
+	{name: "redis", kind: adapter, on: redisService, modules: []string{goRedisModule}, newLocker: newRedis},
 	{name: "redsync", kind: library, on: redisService, newLocker: newRedsync, modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
 	{name: "redsync-3", kind: library, on: redis3Service, newLocker: newRedsync, modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
 	{name: "redis-sentinel", kind: cluster, on: redisSentinel, modules: []string{goRedisModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 		// go-redis dials the sentinels and whatever primary they name.
 		return redis.New(redis.Config{SentinelAddrs: c.addrs(), MasterName: servers.SentinelMaster, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 	}},
+	{name: "redis-aof", kind: variant, on: redisAOF, modules: []string{goRedisModule}, newLocker: newRedis},
+	{name: "redis-aof-always", kind: variant, on: redisAOFAlways, modules: []string{goRedisModule}, newLocker: newRedis},
+}
+
+// newRedis is the redis adapter's Locker on the server at c (an address,
+// or a redis:// or rediss:// URL).
+func newRedis(c *conn, cl suite.Client) (backends.Locker, error) {
+	if strings.Contains(c.endpoint, "://") {
+		return redis.New(redis.Config{URL: c.endpoint, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	}
+	return redis.New(redis.Config{Addr: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
 func newRedsync(c *conn, cl suite.Client) (backends.Locker, error) {
@@ -104,32 +124,35 @@ func redisDirect(addr string, cl suite.Client) (backends.Locker, error) {
 	return redis.New(redis.Config{Addr: addr, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
-// redisFromEnv reads REDIS_URL and LOCKSUITE_REDIS_CACERT.
-func redisFromEnv() (*conn, error) {
-	c := &conn{endpoint: os.Getenv("REDIS_URL")}
-	if c.endpoint == "" {
-		return nil, nil
-	}
-	const n = "redis"
-	o, err := goredis.ParseURL(c.endpoint)
-	if err != nil {
-		return nil, &servers.Unavailable{Backend: n, Err: redact.Error(fmt.Errorf("REDIS_URL %s: %w", redact.URL(c.endpoint), err)),
-			Fix: "set REDIS_URL to redis://[user:password@]host:port/db, or rediss:// for TLS"}
-	}
-	c.secrets = append(c.secrets, o.Password)
-	c.tls = o.TLSConfig
-	if f := os.Getenv(RedisCACertEnv); f != "" {
-		pool, err := loadCA(f)
+// redisFromEnv returns the fromEnv of the Redis service n named by
+// variable v (REDIS_URL, a variant's): it reads v and
+// LOCKSUITE_REDIS_CACERT.
+func redisFromEnv(n, v string) func() (*conn, error) {
+	return func() (*conn, error) {
+		c := &conn{endpoint: os.Getenv(v)}
+		if c.endpoint == "" {
+			return nil, nil
+		}
+		o, err := goredis.ParseURL(c.endpoint)
 		if err != nil {
-			return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the server's CA"}
+			return nil, &servers.Unavailable{Backend: n, Err: redact.Error(fmt.Errorf("%s %s: %w", v, redact.URL(c.endpoint), err)),
+				Fix: "set " + v + " to redis://[user:password@]host:port/db, or rediss:// for TLS"}
 		}
-		if c.tls == nil {
-			return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s is set but REDIS_URL is not rediss://", RedisCACertEnv),
-				Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
+		c.secrets = append(c.secrets, o.Password)
+		c.tls = o.TLSConfig
+		if f := os.Getenv(RedisCACertEnv); f != "" {
+			pool, err := loadCA(f)
+			if err != nil {
+				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the server's CA"}
+			}
+			if c.tls == nil {
+				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s is set but %s is not rediss://", RedisCACertEnv, v),
+					Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
+			}
+			c.tls.RootCAs = pool
 		}
-		c.tls.RootCAs = pool
+		return c, nil
 	}
-	return c, nil
 }
 
 // redisNodesFromEnv reads LOCKSUITE_REDIS_NODES, and LOCKSUITE_REDIS_CACERT
@@ -206,11 +229,11 @@ const noFaketime = "libfaketime is not installed (apt-get install faketime, or r
 // libfaketime is installed.
 func redisServers(sv *service, s servers.Server) suite.Servers {
 	v := s.(*servers.Redis)
-	m := &member{name: "redis-server", pid: v.Pid(), jump: unsupported(noFaketime)}
+	jump := unsupported(noFaketime)
 	if c := v.Clock(); c != nil {
-		m.jump = func(ctx context.Context, d time.Duration) error { return jumpRedis(ctx, v.Endpoint(), c, d) }
+		jump = func(ctx context.Context, d time.Duration) error { return jumpRedis(ctx, v.Endpoint(), c, d) }
 	}
-	return &serverMembers{svc: sv, s: s, members: []suite.Member{m}}
+	return &serverMembers{svc: sv, s: s, members: membersOf(s, "redis-server", jump)}
 }
 
 // jumpRedis moves the clock of the redis-server at addr and waits until its

@@ -20,6 +20,7 @@ const (
 	adapter kind = iota // Names: one adapter per lock service; "all"
 	library             // Libraries: a lock library as it ships; "libraries"
 	cluster             // Clusters: a replicated service, for failover
+	variant             // Variants: a service's durability setting, for the crash scenarios
 )
 
 // service is the server, or set of servers, that backends run on: how the
@@ -52,8 +53,17 @@ type service struct {
 	// environment names none. Nil fromEnv: the first of vars is the
 	// server's address, as is.
 	fromEnv func() (*conn, error)
-	// start starts a throwaway server (or several) on loopback.
-	start func(ctx context.Context) (servers.Server, error)
+	// start starts a throwaway server (or several) on loopback, with
+	// opts: none, a variant's durability, or under WithCrash crashable
+	// ones (crashOptions).
+	start func(ctx context.Context, opts ...servers.Option) (servers.Server, error)
+	// durability is the setting the harness's servers of this service
+	// start with under WithCrash (the packaged defaults where the
+	// harness's own are faster and not durable; the harness's for Redis,
+	// without persistence, and NATS, whose default is the packaged one),
+	// and a variant's servers always: it is what the variant is.
+	durability servers.Durability
+	variant    bool
 	// timeout bounds start and the probe of a named server. Default 30 s.
 	timeout time.Duration
 	// probe checks that a server answers this client (credentials
@@ -256,20 +266,45 @@ func (s *service) chaos() suite.Chaos {
 }
 
 // clusterOf is a cluster of single's servers (what server says), started
-// by start: it takes single's defaults and version. A cluster named by its
-// variable v is used as it is, unprobed and without Servers.
-func clusterOf(name, title, server, v string, single *service, start func(context.Context) (servers.Cluster, error)) *service {
+// by start: it takes single's defaults, durability and version. A cluster
+// named by its variable v is used as it is, unprobed and without Servers.
+func clusterOf(name, title, server, v string, single *service, start func(context.Context, ...servers.Option) (servers.Cluster, error)) *service {
 	return &service{
 		name: name, title: title, server: server,
 		lease: single.lease, pause: single.pause, pauses: single.pauses, duration: single.duration,
-		vars:    []string{v},
-		start:   func(ctx context.Context) (servers.Server, error) { return start(ctx) },
-		timeout: 60 * time.Second, // three processes, and an election
-		servers: clusterServersOf,
-		version: single.version,
+		vars: []string{v},
+		start: func(ctx context.Context, opts ...servers.Option) (servers.Server, error) {
+			return start(ctx, opts...)
+		},
+		durability: single.durability,
+		timeout:    60 * time.Second, // three processes, and an election
+		servers:    clusterServersOf,
+		version:    single.version,
 		noCompose: "a cluster the harness starts itself, so that the failover scenarios can kill its members; " +
 			"one of the user's, named by " + v + ", skips them",
 	}
+}
+
+// variantOf is single's service with the durability setting d, for the
+// crash scenarios: its servers start with d always, under the name name,
+// and a server of the user's with that setting is named by the variable v
+// (read by fromEnv; single's other variables, its credentials and TLS
+// settings, are read too). It takes everything else from single: its
+// defaults, probe, Servers, version.
+func variantOf(single *service, name, title, server, v string, d servers.Durability, fromEnv func() (*conn, error)) *service {
+	s := *single
+	s.name, s.title, s.server, s.vars, s.shared, s.fromEnv = name, title, server, []string{v}, single.vars[1:], fromEnv
+	s.durability, s.variant = d, true
+	s.store, s.nodes = nil, nil
+	if single.environ != nil {
+		s.environ = func(ep string) string {
+			_, val, _ := strings.Cut(single.environ(ep), "=")
+			return v + "=" + val
+		}
+	}
+	s.noCompose = "a durability setting of the server the harness starts, for the crash scenarios, which kill and restart it; " +
+		"a server of the user's with that setting, named by " + v + ", is used without them"
+	return &s
 }
 
 // withSecurityOf makes a cluster named by its variable read the
