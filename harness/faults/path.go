@@ -9,8 +9,8 @@ import (
 // Path is one client's way to its lock service: every TCP connection the
 // client makes through Dial goes through a Proxy of the Path's own, one per
 // address dialled, made on first use. A fault applied to the Path (Freeze,
-// Cut, Blackhole) applies to every proxy it has and to every proxy it makes
-// later, until Heal; so a client that talks to several servers (a cluster's
+// Cut, Blackhole, DropReplies) applies to every proxy it has and to every
+// proxy it makes later, until Heal; so a client that talks to several servers (a cluster's
 // members, the primary that Sentinels name, Redlock's independent servers)
 // stalls or is cut off as a whole, wherever it connects.
 //
@@ -71,6 +71,8 @@ func (p *Path) proxy(address string) (*Proxy, error) {
 		px.Cut()
 	case blackhole:
 		px.Blackhole()
+	case dropReplies:
+		px.DropReplies()
 	}
 	p.proxies[address] = px
 	return px, nil
@@ -107,6 +109,10 @@ func (p *Path) Cut() { p.each(cut, (*Proxy).Cut) }
 // Blackhole silently drops all of the client's traffic until Heal, as
 // Proxy.Blackhole does.
 func (p *Path) Blackhole() { p.each(blackhole, (*Proxy).Blackhole) }
+
+// DropReplies lets the client's requests through and drops the server's
+// replies, as Proxy.DropReplies does, until Heal.
+func (p *Path) DropReplies() { p.each(dropReplies, (*Proxy).DropReplies) }
 
 // Heal undoes every fault, as Proxy.Heal does.
 func (p *Path) Heal() { p.each(forward, (*Proxy).Heal) }
