@@ -70,7 +70,7 @@ func parseList(flagName, v string, allowed []string) ([]string, error) {
 }
 
 // parseBackends parses --backends: names from local.Names,
-// local.Libraries, local.Clusters and local.WhenNamed; "all" is every name
+// local.Libraries, local.Clusters, local.WhenNamed and local.Poolers; "all" is every name
 // of local.Names, "libraries" every one of local.Libraries.
 func parseBackends(v string) ([]string, error) {
 	var parts []string
@@ -84,7 +84,7 @@ func parseBackends(v string) ([]string, error) {
 			parts = append(parts, s)
 		}
 	}
-	allowed := slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed)
+	allowed := slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed, local.Poolers)
 	return parseList("backends", strings.Join(parts, ","), allowed)
 }
 

@@ -61,7 +61,8 @@ func backendsHelp() string {
 	return "comma-separated backends: " + strings.Join(local.Names, ",") + " (all); lock libraries as they ship, started here when named: " +
 		strings.Join(local.Libraries, ",") + " (libraries); each is started here (" + strings.Join(started, "; ") + ") or taken from " +
 		strings.Join(local.Variables(), ", ") + "; clusters, started here when named (not by all): " + strings.Join(local.Clusters, ",") +
-		"; on " + or(whenNamed) + ", when named: " + strings.Join(local.WhenNamed, ",")
+		"; on " + or(whenNamed) + ", when named: " + strings.Join(local.WhenNamed, ",") +
+		"; through PgBouncer in front of Postgres, when named: " + strings.Join(local.Poolers, ",")
 }
 
 // storeHelp is the help of run's --store.

@@ -229,8 +229,10 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 	if out.Amend != nil {
 		out.Amend(&res)
 	}
-	if out.Note != "" {
-		res.Reason = strings.TrimPrefix(res.Reason+"; "+out.Note, "; ")
+	for _, n := range []string{out.Note, sessionNote(fx.Rec.Sections())} {
+		if n != "" {
+			res.Reason = strings.TrimPrefix(res.Reason+"; "+n, "; ")
+		}
 	}
 	row = fx.row(res, out.Elapsed)
 	row.SetupMS, row.PlannedMS = setup.Milliseconds(), planned.Milliseconds()

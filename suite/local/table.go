@@ -20,6 +20,7 @@ const (
 	adapter kind = iota // Names: one adapter per lock service; "all"
 	library             // Libraries: a lock library as it ships; "libraries"
 	cluster             // Clusters: a replicated service, for failover
+	pooler              // Poolers: a lock through a connection pooler
 )
 
 // service is the server, or set of servers, that backends run on: how the
@@ -126,6 +127,7 @@ var byService = [][]backend{
 	mysqlBackends,
 	natsBackends,
 	kubeBackends,
+	pgbouncerBackends,
 }
 
 // table is every backend, built once: lookups by name, and each service
