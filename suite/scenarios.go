@@ -114,8 +114,7 @@ const (
 	PartitionRandom = "partition-random"
 )
 
-// The pitfalls users report (issue 26; docs/pitfalls.md): each a core
-// scenario.
+// The pitfalls users report (issue 26; docs/pitfalls.md): FamilyPitfall.
 const (
 	// WaiterStall: A holds the lock; B waits in Acquire and the row's
 	// fault freezes B (faults.Freeze of B) while it waits, past its own
@@ -148,6 +147,9 @@ const (
 	// FamilyNodes: a cluster started on network namespaces of its own and
 	// partitioned (needs root: skipped otherwise, with the reason).
 	FamilyNodes = "nodes"
+	// FamilyPitfall: the pitfalls users report about their locks
+	// (docs/pitfalls.md), each a question any lock can be asked.
+	FamilyPitfall = "pitfall"
 )
 
 // Expectation is what a spec asserts about its run's verdict.

@@ -19,7 +19,7 @@
 // (Scenarios); each run is built by harness/run. Labels: the Config's Name
 // and its Service (the kind of lock service, "redis": a renamed Config
 // keeps it), "fenced" or "unfenced", the scenario's name, and its family
-// ("chaos", "fault", "cluster", "nodes").
+// ("chaos", "fault", "cluster", "nodes", "pitfall").
 package suite
 
 import (

@@ -382,7 +382,7 @@ func dropRepliesToA(_ *Config, fx *run.Fixture) faults.Fault {
 // each asked of every lock.
 var pitfallsTable = []Scenario{
 	{
-		Name: WaiterStall, Expect: lossy(Measures),
+		Name: WaiterStall, Family: FamilyPitfall, Expect: lossy(Measures),
 		Text: Text{
 			Keeps:    "does not grant a waiter that stalled past its lease while another client holds the lock",
 			Measures: "measures whether a waiter that stalled past its lease is granted while another client holds the lock",
@@ -391,7 +391,7 @@ var pitfallsTable = []Scenario{
 		fault: freezeB,
 	},
 	{
-		Name: LostGrantReply, Expect: keeps,
+		Name: LostGrantReply, Family: FamilyPitfall, Expect: keeps,
 		Text: Text{
 			Keeps:    "does not grant the lock twice when the reply to a grant is lost and its client retries",
 			Measures: "measures whether the lock is granted twice when the reply to a grant is lost and its client retries",
@@ -400,7 +400,7 @@ var pitfallsTable = []Scenario{
 		fault: dropRepliesToA,
 	},
 	{
-		Name: MixedLease, Expect: keeps,
+		Name: MixedLease, Family: FamilyPitfall, Expect: keeps,
 		Text: Text{
 			Keeps:    "does not grant a client with a shorter lease the lock while the holder is inside its longer lease",
 			Measures: "measures whether a client with a shorter lease is granted the lock while the holder is inside its longer lease",
@@ -408,7 +408,7 @@ var pitfallsTable = []Scenario{
 		load: func(*Config, *run.Setup) run.Load { return run.MixedLease{} },
 	},
 	{
-		Name: ReleaseRace, Expect: keeps,
+		Name: ReleaseRace, Family: FamilyPitfall, Expect: keeps,
 		Text: Text{
 			Keeps:    "keeps the invariant when waiters and fresh clients race every release",
 			Measures: "measures whether an update is lost when waiters and fresh clients race every release",

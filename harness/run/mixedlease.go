@@ -51,8 +51,8 @@ func (MixedLease) Run(ctx context.Context, fx *Fixture, _ faults.Fault) (Outcome
 	ctx, cancel := context.WithTimeout(ctx, 2*probeTimeout+work+fx.StallBound())
 	defer cancel()
 	var (
-		aGranted, aReleased, bGranted time.Duration
-		errB                          error
+		aGranted, aWrote, bGranted time.Duration
+		errB                       error
 	)
 	bDone := make(chan struct{})
 	started := false
@@ -67,8 +67,12 @@ func (MixedLease) Run(ctx context.Context, fx *Fixture, _ faults.Fault) (Outcome
 				})
 			}()
 		},
-		Released: func() { aReleased = rec.Now() },
 	})
+	for _, s := range rec.Sections() {
+		if s.Client == 0 {
+			aWrote = s.End // A's write returned; its release follows
+		}
+	}
 	if started {
 		<-bDone
 	}
@@ -81,10 +85,12 @@ func (MixedLease) Run(ctx context.Context, fx *Fixture, _ faults.Fault) (Outcome
 	leaseA, leaseB := leaseOf(fx, 0, 4*fx.Lease), leaseOf(fx, 1, fx.Lease)
 	var note string
 	switch {
-	case bGranted < aReleased:
+	case bGranted == 0:
+		note = fmt.Sprintf("B (lease %v) was not granted", leaseB)
+	case bGranted < aWrote:
 		note = fmt.Sprintf("B (lease %v) was granted %v after A's grant, while A (lease %v) held the lock and worked", leaseB, (bGranted - aGranted).Round(time.Millisecond), leaseA)
 	default:
-		note = fmt.Sprintf("B (lease %v) was granted %v after A's release (A, lease %v, held the lock %v)", leaseB, (bGranted - aReleased).Round(time.Millisecond), leaseA, (aReleased - aGranted).Round(time.Millisecond))
+		note = fmt.Sprintf("B (lease %v) was granted %v after A's write returned and A released (A, lease %v, held the lock %v)", leaseB, (bGranted - aWrote).Round(time.Millisecond), leaseA, (aWrote - aGranted).Round(time.Millisecond))
 	}
 	return Outcome{Elapsed: time.Since(t0), Note: note}, nil
 }

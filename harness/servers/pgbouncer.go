@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,7 +38,23 @@ type PgBouncer struct {
 	pg   *Postgres
 	mode PoolMode
 	dsn  string
+
+	once2    sync.Once
+	stopping chan struct{} // closed by Stop: the watchdog ends
+	watched  chan struct{} // closed when the watchdog has ended
+	restarts atomic.Int64
 }
+
+// Restarts is how many times the watchdog restarted pgbouncer after it
+// exited on its own. PgBouncer 1.18 (Debian 12's) exits on an assertion
+// ("FATAL ... disconnect_client(): bad client state: 0", pgbouncer#801,
+// fixed in 1.19.0) when a client's cancel request races its disconnect,
+// as pgx's does whenever it closes a connection with a query in flight (a
+// cancelled Acquire): every client connection and server session goes
+// with it, and the locks they held. The harness restarts it on the same
+// port, as a service manager's Restart=on-failure would (Debian's unit
+// has none), and says how often.
+func (s *PgBouncer) Restarts() int { return int(s.restarts.Load()) }
 
 func (s *PgBouncer) Name() string { return "pgbouncer-" + string(s.mode) }
 
@@ -53,8 +71,13 @@ func (s *PgBouncer) Postgres() *Postgres { return s.pg }
 // Mode is the pooler's pool_mode.
 func (s *PgBouncer) Mode() PoolMode { return s.mode }
 
-// Stop stops the pooler, then its Postgres, and removes their directories.
+// Stop stops the pooler (and its watchdog), then its Postgres, and removes
+// their directories.
 func (s *PgBouncer) Stop() error {
+	if s.stopping != nil {
+		s.once2.Do(func() { close(s.stopping) })
+		<-s.watched
+	}
 	err := s.base.Stop()
 	if s.pg != nil {
 		_ = s.pg.Stop()
@@ -93,6 +116,8 @@ func StartPgBouncer(ctx context.Context, mode PoolMode) (*PgBouncer, error) {
 		_ = pg.Stop()
 		return nil, err
 	}
+	// SIGTERM: PgBouncer's immediate shutdown (SIGINT waits for its
+	// clients to disconnect).
 	s := &PgBouncer{base: base{dir: dir, sig: syscall.SIGTERM, grace: 5 * time.Second}, pg: pg, mode: mode,
 		dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=disable&default_query_exec_mode=simple_protocol", port)}
 	s.addr = fmt.Sprintf("127.0.0.1:%d", port)
@@ -138,7 +163,41 @@ default_pool_size = 100
 		s.Stop()
 		return nil, fail(err, "check that "+bin+" runs; see its log above")
 	}
+	s.stopping, s.watched = make(chan struct{}), make(chan struct{})
+	go s.watch()
 	return s, nil
+}
+
+// watch restarts pgbouncer whenever it exits on its own (see Restarts),
+// until Stop; a process killed on purpose (Member.Kill) stays down.
+func (s *PgBouncer) watch() {
+	defer close(s.watched)
+	for {
+		s.m.mu.Lock()
+		p, killed := s.m.p, s.m.killed
+		s.m.mu.Unlock()
+		if killed {
+			return
+		}
+		select {
+		case <-s.stopping:
+			return
+		case <-p.done:
+		}
+		select {
+		case <-s.stopping:
+			return
+		default:
+		}
+		if s.m.Killed() || s.m.run() != nil {
+			return
+		}
+		n := s.restarts.Add(1)
+		if f, err := os.OpenFile(s.m.log(), os.O_WRONLY|os.O_APPEND, 0); err == nil {
+			fmt.Fprintf(f, "locksuite: pgbouncer exited on its own (%v); restarted it (%d restarts)\n", p.err, n)
+			f.Close()
+		}
+	}
 }
 
 // pgPort is the port of pg's address.

@@ -3,11 +3,25 @@ package servers
 import (
 	"context"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/wait"
 )
+
+// waitFor polls cond every 10 ms until it holds or ctx is done.
+func waitFor(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		if err := wait.For(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // TestPgBouncer starts PgBouncer in front of its Postgres in each pool mode
 // and asks it what a session advisory lock relies on: that a client's
@@ -16,7 +30,8 @@ import (
 // refused, as without the pooler. In transaction pooling client 2's
 // statement runs on the one idle server connection, the one client 1's ran
 // on and that holds the lock, and is granted it at once (advisory locks are
-// re-entrant per session); client 1's unlock then runs there too. Stop
+// re-entrant per session); client 1's unlock then runs there too. A
+// pgbouncer that exits on its own is restarted (PgBouncer.Restarts). Stop
 // leaves neither process nor directory behind.
 func TestPgBouncer(t *testing.T) {
 	if testing.Short() {
@@ -53,6 +68,23 @@ func TestPgBouncer(t *testing.T) {
 			}
 			if got != (pid1 == pid2) {
 				t.Errorf("granted %v, but the backends were %d and %d", got, pid1, pid2)
+			}
+			// A pgbouncer that exits on its own is restarted.
+			pid := s.Pid()
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitFor(ctx, func() bool { return s.Restarts() == 1 && s.Pid() != pid }); err != nil {
+				t.Fatalf("pgbouncer killed from outside was not restarted: %d restarts", s.Restarts())
+			}
+			if err := faults.WaitHealthy(ctx, 10*time.Second, func(ctx context.Context) error {
+				c, err := pgx.Connect(ctx, s.Endpoint())
+				if err == nil {
+					c.Close(ctx)
+				}
+				return err
+			}); err != nil {
+				t.Fatalf("pgbouncer restarted but not serving: %v", err)
 			}
 			pg := s.Postgres()
 			stopGone(t, s, s.dir, s.Pid(), pg.Pid())
