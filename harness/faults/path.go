@@ -78,6 +78,18 @@ func (p *Path) proxy(address string) (*Proxy, error) {
 	return px, nil
 }
 
+// Sent is how many bytes the client's connections have sent to the lock
+// service through the Path so far (Proxy.Sent, over its proxies).
+func (p *Path) Sent() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for _, px := range p.proxies {
+		n += px.Sent()
+	}
+	return n
+}
+
 // Dials is how many connections the client made through Dial so far.
 func (p *Path) Dials() int {
 	p.mu.Lock()

@@ -28,6 +28,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // mode is what the proxy does with the bytes it reads.
@@ -52,7 +53,12 @@ type Proxy struct {
 	links   map[*link]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+	sent    atomic.Int64 // bytes forwarded to the target
 }
+
+// Sent is how many bytes the proxy has forwarded from its clients to the
+// target so far (not those a fault held or dropped).
+func (p *Proxy) Sent() int64 { return p.sent.Load() }
 
 // link is one proxied connection: the client's side and the server's.
 type link struct {
@@ -317,6 +323,9 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, toClient bool) {
 				if _, err := dst.Write(c.b); err != nil {
 					abort()
 					return
+				}
+				if !toClient {
+					p.sent.Add(int64(len(c.b)))
 				}
 			}
 		}

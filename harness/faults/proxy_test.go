@@ -297,6 +297,9 @@ func TestDropReplies(t *testing.T) {
 	late := dial()
 	late.Write([]byte("asked2"))
 	silent(t, late)
+	if got := p.Sent(); got != 2+5+6 {
+		t.Fatalf("Sent() %d, want 13", got)
+	}
 	if n := received.Load(); n != 2+5+6 {
 		t.Fatalf("the server received %d bytes, want 13: requests must get through while replies are dropped", n)
 	}

@@ -21,8 +21,8 @@ import (
 // reaches the service, which may grant it, and A hears nothing and is told
 // its Acquire failed when its timeout ends (or its client library's own,
 // if it does not heed the context sooner). B (client 1) asks a moment after
-// A (the settle: a quarter of the lease, from 20 to 100 ms), and so measures
-// how long nobody could take the lock. Once A is told, the fault heals (the
+// A (once A's path carried A's request, the settle: a quarter of the lease,
+// from 20 to 100 ms), and so measures how long nobody could take the lock. Once A is told, the fault heals (the
 // connections that lost replies are closed) and A retries. A's retry and B
 // each run one critical section.
 //
@@ -57,6 +57,26 @@ func settle(fx *Fixture) time.Duration {
 	return min(max(fx.TTL()/4, 20*time.Millisecond), 100*time.Millisecond)
 }
 
+// sent is what path p has sent so far (0 for a client that dials
+// directly).
+func sent(p *faults.Path) int64 {
+	if p == nil {
+		return 0
+	}
+	return p.Sent()
+}
+
+// waitAsked waits until client i's path has sent more than before (its
+// request is on its way; at most the stall bound), then the settle.
+func waitAsked(ctx context.Context, fx *Fixture, i int, before int64) {
+	if p := fx.Paths[i]; p != nil {
+		deadline := time.Now().Add(fx.StallBound())
+		for p.Sent() <= before && time.Now().Before(deadline) && wait.For(ctx, time.Millisecond) == nil {
+		}
+	}
+	_ = wait.For(ctx, settle(fx))
+}
+
 func (g LostGrant) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcome, error) {
 	a, b, rec := fx.Lockers[0], fx.Lockers[1], fx.Rec
 	t0 := time.Now()
@@ -71,7 +91,7 @@ func (g LostGrant) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcom
 		l   backends.Lease
 		err error
 	}
-	asked := rec.Now()
+	asked, sentA := rec.Now(), sent(fx.Paths[0])
 	aDone := make(chan acquired, 1)
 	go func() {
 		actx, cancelA := context.WithTimeout(ctx, g.timeout(fx))
@@ -93,7 +113,7 @@ func (g LostGrant) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcom
 			Granted: func(backends.Lease) { granted[i] = rec.Now() },
 		})
 	}
-	_ = wait.For(ctx, settle(fx))
+	waitAsked(ctx, fx, 0, sentA)
 	bAsked := rec.Now()
 	wg.Add(1)
 	go section(1, b)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/checker"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/history"
 	"github.com/locksuite/locksuite/harness/traffic"
@@ -19,15 +20,18 @@ import (
 // Acquire; the run's fault (a freeze of B) strikes while B waits and lasts
 // past B's lease (twice its expiry, plus 500 ms); A releases; C (client 2)
 // acquires and reads; the fault heals while C holds the lock, and C holds it
-// for half its lease more (at least 20 ms; less if B's Acquire returned),
-// then writes and releases. B, once granted, reads and writes at
+// for the settle more (a quarter of its lease, from 20 to 100 ms; less if
+// B's Acquire returned), then writes and releases. The freeze strikes once
+// B's path has carried its request (B sent bytes since it began to ask),
+// and the settle after. B, once granted, reads and writes at
 // once; A writes nothing.
 //
 // Kept: B's Acquire fails, or B is granted only after C's release. A B
 // granted while C holds the lock reads what C read, and unfenced one of
 // their two writes is lost; fenced, the older grant's read or write is
 // rejected. The counter judges, and the reason says when B was granted
-// against C's hold.
+// against C's hold; a B granted while A still held the lock (A writes
+// nothing) makes the run broken by itself.
 type WaiterStall struct{}
 
 // Prepare makes A, B and C, each through its own path; B acquires and
@@ -63,6 +67,7 @@ func (WaiterStall) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcom
 	}
 
 	// B waits for the lock, and writes as soon as it has it.
+	sentB := sent(fx.Paths[1])
 	var bGranted time.Duration
 	bDone := make(chan error, 1)
 	go func() {
@@ -85,7 +90,7 @@ func (WaiterStall) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcom
 		}
 		return bOver
 	}
-	_ = wait.For(ctx, settle(fx)) // B's request reaches the service
+	waitAsked(ctx, fx, 1, sentB)
 	heal, err := fx.Log.Strike(ctx, f, false)
 	if err != nil {
 		_ = la.Release(context.WithoutCancel(ctx))
@@ -95,7 +100,8 @@ func (WaiterStall) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcom
 	rctx, cancelR := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	errRelease := la.Release(rctx)
 	cancelR()
-	rec.Add(history.Section{Client: 0, Asked: askedA, Start: startA, End: rec.Now(), Outcome: history.Aborted})
+	releasedA := rec.Now()
+	rec.Add(history.Section{Client: 0, Asked: askedA, Start: startA, End: releasedA, Outcome: history.Aborted})
 	if errRelease != nil {
 		_ = heal()
 		return Outcome{}, fmt.Errorf("holder A's Release: %w", errRelease)
@@ -113,7 +119,7 @@ func (WaiterStall) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcom
 			// Within C's lease (its Locker may not renew it): a waiter
 			// that wrongly believes it holds the lock is granted as soon
 			// as it hears the service again.
-			deadline := time.Now().Add(max(fx.TTL()/2, 20*time.Millisecond))
+			deadline := time.Now().Add(settle(fx))
 			for !bReturned() && time.Now().Before(deadline) && wait.For(ctx, 5*time.Millisecond) == nil {
 			}
 		},
@@ -137,15 +143,24 @@ func (WaiterStall) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcom
 		return Outcome{}, fmt.Errorf("client B, granted: %w", errB)
 	}
 
-	note := waiterNote(bGranted, errB, healedAt, cStart, cEnd, cIn, fx.StallBound())
-	return Outcome{Elapsed: time.Since(t0), Note: note}, nil
+	note := waiterNote(bGranted, errB, releasedA, healedAt, cStart, cEnd, cIn, fx.StallBound())
+	out := Outcome{Elapsed: time.Since(t0), Note: note}
+	if bGranted != 0 && bGranted < releasedA {
+		// Two grants at once, though only C's and B's writes are
+		// counted: A holds without writing.
+		out.Amend = func(r *checker.Result) { r.Verdict = checker.Broken }
+	}
+	return out, nil
 }
 
-// waiterNote says what became of B, the stalled waiter, against C's hold
-// (cStart to cEnd; cIn false: C never got the lock within bound).
-func waiterNote(bGranted time.Duration, errB error, healed, cStart, cEnd time.Duration, cIn bool, bound time.Duration) string {
+// waiterNote says what became of B, the stalled waiter, against A's hold
+// (until releasedA) and C's (cStart to cEnd; cIn false: C never got the
+// lock within bound).
+func waiterNote(bGranted time.Duration, errB error, releasedA, healed, cStart, cEnd time.Duration, cIn bool, bound time.Duration) string {
 	var b string
 	switch {
+	case bGranted != 0 && bGranted < releasedA:
+		b = fmt.Sprintf("B was granted while A held the lock, %v before A released it", (releasedA - bGranted).Round(time.Millisecond))
 	case bGranted == 0:
 		b = fmt.Sprintf("B's Acquire failed after its freeze: %v", errB)
 	case cIn && bGranted > cStart && bGranted < cEnd:
