@@ -66,15 +66,28 @@ func sent(p *faults.Path) int64 {
 	return p.Sent()
 }
 
-// waitAsked waits until client i's path has sent more than before (its
-// request is on its way; at most the stall bound), then the settle.
+// waitAsked waits until client i's request is out: its path has sent more
+// than before (at most the stall bound), and then nothing for the settle
+// (a client that connects first sends its handshake, then its request,
+// then waits in silence), or for four settles in all, at most half the
+// lease (a client that polls is never silent; the holder's lease, if it is
+// not renewed, must not run out meanwhile). Without a path, it waits the
+// settle.
 func waitAsked(ctx context.Context, fx *Fixture, i int, before int64) {
-	if p := fx.Paths[i]; p != nil {
-		deadline := time.Now().Add(fx.StallBound())
-		for p.Sent() <= before && time.Now().Before(deadline) && wait.For(ctx, time.Millisecond) == nil {
+	p, s := fx.Paths[i], settle(fx)
+	if p == nil {
+		_ = wait.For(ctx, s)
+		return
+	}
+	deadline := time.Now().Add(fx.StallBound())
+	for p.Sent() <= before && time.Now().Before(deadline) && wait.For(ctx, time.Millisecond) == nil {
+	}
+	last, changed, end := p.Sent(), time.Now(), time.Now().Add(min(4*s, max(fx.TTL()/2, s)))
+	for time.Since(changed) < s && time.Now().Before(end) && wait.For(ctx, time.Millisecond) == nil {
+		if n := p.Sent(); n != last {
+			last, changed = n, time.Now()
 		}
 	}
-	_ = wait.For(ctx, settle(fx))
 }
 
 func (g LostGrant) Run(ctx context.Context, fx *Fixture, f faults.Fault) (Outcome, error) {
