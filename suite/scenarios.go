@@ -238,6 +238,18 @@ func keeps(c *Config) Expectation {
 	return Keeps
 }
 
+// keepsContract: the contract is the Locker's, not the store's, so
+// fencing does not change it: a lock unsafe by design (Config.Unsafe) with
+// ExpectLoss, fenced or not, only measures it (a session lock through a
+// transaction pooler can release the next holder's lock); every other
+// Config must keep it.
+func keepsContract(c *Config) Expectation {
+	if c.Unsafe != "" && c.ExpectLoss {
+		return Measures
+	}
+	return Keeps
+}
+
 // lossy is the rule of Config.ExpectLoss for a scenario whose outcome,
 // unfenced, is x: fenced, or without ExpectLoss, the invariant must hold;
 // unfenced with ExpectLoss, x (Loses where every fault lets a second holder

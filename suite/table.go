@@ -164,7 +164,7 @@ var table = append([]Scenario{
 	},
 
 	{
-		Name: Contract, Expect: keeps,
+		Name: Contract, Expect: keepsContract,
 		Text: Text{
 			Keeps:    "keeps the Locker contract: Acquire honours its context, Release of an expired lease is harmless, Acquire after Close returns ErrClosed, a second Close is harmless",
 			Measures: "measures whether the Locker keeps its contract: Acquire honours its context, Release of an expired lease is harmless, Acquire after Close returns ErrClosed, a second Close is harmless",

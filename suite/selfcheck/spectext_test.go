@@ -45,7 +45,8 @@ func verb(text string) suite.Expectation {
 // Config.ExpectLoss's documented meaning: without it, or fenced, every
 // spec but the control promises the invariant; with it, unfenced, none
 // promises what its run may not deliver, and for a lock unsafe by design
-// (Config.Unsafe) none promises the invariant.
+// (Config.Unsafe) none promises the invariant (nor, fenced too, the
+// Locker's contract).
 func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 	mk := func(name string, fenced, loss bool, servers suite.Servers) suite.Config {
 		cfg := suite.NewConfig()
@@ -103,6 +104,10 @@ func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 		case sc.Name == suite.Control:
 			if want != suite.Loses {
 				t.Errorf("%s: the control must assert a lost update", cfg.Name)
+			}
+		case sc.Name == suite.Contract && cfg.Unsafe != "" && cfg.ExpectLoss:
+			if want != suite.Measures {
+				t.Errorf("%s, contract: a lock unsafe by design, with ExpectLoss, fenced or not, must measure its contract; it asserts %d", cfg.Name, want)
 			}
 		case cfg.Fenced || !cfg.ExpectLoss:
 			if want != suite.Keeps {
