@@ -141,9 +141,10 @@ type Config struct {
 	// the connection that keeps it. Unfenced with ExpectLoss, every
 	// scenario that would assert the invariant then measures it
 	// ("measures …"), so that a run that lost updates is reported as such
-	// and not as a finding; so does the contract, fenced too (fencing does
-	// not change the Locker's contract); fenced, or without ExpectLoss, it
-	// changes nothing else. suite/local sets it for the backends through a transaction
+	// and not as a finding; the contract scenario measures it in every
+	// Config, fenced or not, with or without ExpectLoss (neither changes
+	// the Locker's contract); fenced, or without ExpectLoss, it changes
+	// nothing else. suite/local sets it for the backends through a transaction
 	// pooler. Read when GinkgoTest registers the specs. Default empty.
 	Unsafe string
 	// Clients is the number of concurrent clients in the baseline and the

@@ -238,13 +238,13 @@ func keeps(c *Config) Expectation {
 	return Keeps
 }
 
-// keepsContract: the contract is the Locker's, not the store's, so
-// fencing does not change it: a lock unsafe by design (Config.Unsafe) with
-// ExpectLoss, fenced or not, only measures it (a session lock through a
-// transaction pooler can release the next holder's lock); every other
-// Config must keep it.
+// keepsContract: the contract is the Locker's, not the store's, so neither
+// fencing nor ExpectLoss changes it: a lock unsafe by design
+// (Config.Unsafe) only measures it (a session lock through a transaction
+// pooler can release the next holder's lock); every other Config must keep
+// it.
 func keepsContract(c *Config) Expectation {
-	if c.Unsafe != "" && c.ExpectLoss {
+	if c.Unsafe != "" {
 		return Measures
 	}
 	return Keeps
