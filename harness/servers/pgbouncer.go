@@ -47,8 +47,9 @@ type PgBouncer struct {
 
 // Restarts is how many times the watchdog restarted pgbouncer after it
 // exited on its own. PgBouncer 1.18 (Debian 12's) exits on an assertion
-// ("FATAL ... disconnect_client(): bad client state: 0", pgbouncer#801,
-// fixed in 1.19.0) when a client's cancel request races its disconnect,
+// ("FATAL ... disconnect_client(): bad client state: 0", pgbouncer#801, a
+// fix proposed in pgbouncer#846; or "server_proto: server in bad state:
+// 11", pgbouncer#822) when a client's cancel request races its disconnect,
 // as pgx's does whenever it closes a connection with a query in flight (a
 // cancelled Acquire): every client connection and server session goes
 // with it, and the locks they held. The harness restarts it on the same
