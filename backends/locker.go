@@ -131,3 +131,13 @@ type Cleaner interface {
 type Terminator interface {
 	Terminate(ctx context.Context) error
 }
+
+// Sessioner is an optional capability of a Lease whose grant is held by one
+// server-side session (a Postgres backend process): Session names that
+// session as the server knows it ("pid 4242"), read at grant time from the
+// server itself, not from the client's connection (through a pooler, the
+// two differ). A report then says which session held each grant: through
+// a transaction pooler, two clients' grants on the same backend.
+type Sessioner interface {
+	Session() string
+}

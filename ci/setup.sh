@@ -24,6 +24,11 @@
 #   postgres        PostgreSQL's server (apt postgresql-15, or postgresql
 #                   where the distribution has no 15); the harness makes a
 #                   throwaway cluster with initdb. The counter store too.
+#   pgbouncer, pgbouncer-session
+#                   PgBouncer (apt pgbouncer, 1.18 on Debian 12) and
+#                   PostgreSQL's server: the harness starts a pgbouncer in
+#                   transaction (or session) pooling in front of a
+#                   throwaway Postgres of its own
 #   mysql           MariaDB's server (apt mariadb-server, 10.11 on Debian
 #                   12), for GET_LOCK; the harness makes a throwaway server
 #                   with mariadb-install-db
@@ -79,7 +84,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # services is every name plan knows, in suite/local's table order, then
 # tests.
-services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync kube-cluster tests"
+services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync pgbouncer pgbouncer-session kube-cluster tests"
 
 # plan SERVICE prints what SERVICE needs, one "apt PACKAGE" or "build
 # BINARY" line each; it fails for an unknown SERVICE. A new service adds
@@ -90,6 +95,7 @@ plan() {
     redis-3 | redis-aof | redis-aof-always) echo "apt redis-server" ;;
     redis-sentinel) echo "apt redis-server"; echo "apt redis-sentinel" ;;
     postgres) echo "apt postgresql-15" ;;
+    pgbouncer | pgbouncer-session) echo "apt postgresql-15"; echo "apt pgbouncer" ;;
     mysql) echo "apt mariadb-server" ;;
     zookeeper | zookeeper-ensemble) echo "apt zookeeper" ;;
     consul | consul-cluster) echo "build consul" ;;
@@ -111,6 +117,7 @@ have_faketime() { ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || l
 have() {
   case $1 in
     redis-server | redis-sentinel) command -v "$1" >/dev/null ;;
+    pgbouncer) command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] ;;
     postgresql-15) have_pg ;;
     mariadb-server) have_mariadb ;;
     faketime) have_faketime ;;
@@ -297,6 +304,7 @@ if [ ${#pkgs[@]} -gt 0 ]; then
       postgresql*) svc=postgresql ;;
       mariadb-server) svc=mariadb ;;
       containerd) svc=containerd ;; # the cluster's node runs a containerd of its own
+      pgbouncer) svc=pgbouncer ;;
       *) continue ;;
     esac
     as_root service "$svc" stop >/dev/null 2>&1 || true

@@ -134,6 +134,19 @@ type Config struct {
 	// control then asserts the invariant. Read when GinkgoTest registers the
 	// specs: it decides their text.
 	ExpectLoss bool
+	// Unsafe, if not empty, says why this lock, in the setting it runs in,
+	// can let a second holder in with no fault at all: a Postgres session
+	// lock through a pooler in transaction mode, whose unlock can land on
+	// another server connection than its lock, and which is re-entrant on
+	// the connection that keeps it. Unfenced with ExpectLoss, every
+	// scenario that would assert the invariant then measures it
+	// ("measures …"), so that a run that lost updates is reported as such
+	// and not as a finding; the contract scenario measures it in every
+	// Config, fenced or not, with or without ExpectLoss (neither changes
+	// the Locker's contract); fenced, or without ExpectLoss, it changes
+	// nothing else. suite/local sets it for the backends through a transaction
+	// pooler. Read when GinkgoTest registers the specs. Default empty.
+	Unsafe string
 	// Clients is the number of concurrent clients in the baseline and the
 	// control. Default 3, as in the pause-testing guide.
 	Clients int

@@ -138,6 +138,28 @@ const (
 	ClusterPowerLoss = "cluster-power-loss"
 )
 
+// The pitfalls users report (issue 26; docs/pitfalls.md): FamilyPitfall.
+const (
+	// WaiterStall: A holds the lock; B waits in Acquire and the row's
+	// fault freezes B (faults.Freeze of B) while it waits, past its own
+	// lease; A releases; C acquires and reads; the freeze heals while C
+	// holds the lock; B, once granted, writes at once (run.WaiterStall).
+	WaiterStall = "waiter-stall"
+	// LostGrantReply: the row's fault drops every reply of the lock
+	// service to A (faults.DropReplies) while A asks for the free lock,
+	// until A's Acquire times out (half the lease, at least 100 ms); then
+	// the fault heals, and A retries while B asks (run.LostGrant).
+	LostGrantReply = "lost-grant-reply"
+	// MixedLease: A's lease is 4 × Config.Lease and B's Config.Lease
+	// (Client.Lease per client); A holds and works for half its lease
+	// while B asks (run.MixedLease). No fault.
+	MixedLease = "mixed-lease"
+	// ReleaseRace: 3 waiters and 2 fresh clients (a new Locker for each
+	// critical section) race every release, with no work between read
+	// and write, for Duration (run.ReleaseRace). No fault.
+	ReleaseRace = "release-race"
+)
+
 // Scenario families: each is a label of its scenarios' specs.
 const (
 	FamilyChaos = "chaos" // worker processes stopped and stalled
@@ -152,6 +174,9 @@ const (
 	// FamilyCrash: the lock service killed and restarted on its data,
 	// with or without a power loss.
 	FamilyCrash = "crash"
+	// FamilyPitfall: the pitfalls users report about their locks
+	// (docs/pitfalls.md), each a question any lock can be asked.
+	FamilyPitfall = "pitfall"
 )
 
 // Expectation is what a spec asserts about its run's verdict.
@@ -204,8 +229,8 @@ func (t Text) For(x Expectation) string {
 // Scenario is one row of the suite's table: its name, its spec's text for
 // each expectation, what it expects of a Config, and (not exported) its
 // load and what strikes it: a fault, or a schedule of faults. Only the
-// rows with no fault by definition (baseline, control, chaos-none) have
-// neither; none has both.
+// rows with no fault by definition (baseline, control, chaos-none,
+// mixed-lease, release-race) have neither; none has both.
 type Scenario struct {
 	Name   string
 	Family string // "" for the core scenarios, else a Family constant
@@ -231,8 +256,26 @@ type Scenario struct {
 	check    func(row report.Row) // more assertions, in a spec
 }
 
-// keeps: every Config must keep the invariant.
-func keeps(*Config) Expectation { return Keeps }
+// keeps: every Config must keep the invariant, but a lock that is unsafe
+// by design (Config.Unsafe), unfenced with ExpectLoss, only measures it.
+func keeps(c *Config) Expectation {
+	if c.Unsafe != "" && !c.Fenced && c.ExpectLoss {
+		return Measures
+	}
+	return Keeps
+}
+
+// keepsContract: the contract is the Locker's, not the store's, so neither
+// fencing nor ExpectLoss changes it: a lock unsafe by design
+// (Config.Unsafe) only measures it (a session lock through a transaction
+// pooler can release the next holder's lock); every other Config must keep
+// it.
+func keepsContract(c *Config) Expectation {
+	if c.Unsafe != "" {
+		return Measures
+	}
+	return Keeps
+}
 
 // lossy is the rule of Config.ExpectLoss for a scenario whose outcome,
 // unfenced, is x: fenced, or without ExpectLoss, the invariant must hold;
@@ -256,7 +299,7 @@ func lossyIfAsync(x Expectation) func(*Config) Expectation {
 		if _, async := c.Servers.(Lagger); async {
 			return lossy(x)(c)
 		}
-		return Keeps
+		return keeps(c)
 	}
 }
 

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"cmp"
+	"slices"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
@@ -120,7 +121,10 @@ func partitions(c *Config, fx *run.Fixture) (faults.Schedule, error) {
 var table = append([]Scenario{
 	{
 		Name: Baseline, Expect: keeps,
-		Text: Text{Keeps: "keeps the counter equal to the acknowledged writes with no faults"},
+		Text: Text{
+			Keeps:    "keeps the counter equal to the acknowledged writes with no faults",
+			Measures: "measures whether an update is lost with no faults",
+		},
 		load: func(c *Config, _ *run.Setup) run.Load {
 			return &run.Loop{Clients: c.Clients, For: c.Duration, Work: c.Work}
 		},
@@ -150,22 +154,31 @@ var table = append([]Scenario{
 	},
 	{
 		Name: ReleaseAfterExpiry, Expect: keeps,
-		Text:     Text{Keeps: "does not let an expired holder's Release remove the next holder's lock"},
+		Text: Text{
+			Keeps:    "does not let an expired holder's Release remove the next holder's lock",
+			Measures: "measures whether an expired holder's Release removes the next holder's lock",
+		},
 		unfenced: "release does not involve the store: this runs with fencing off",
 		load:     func(*Config, *run.Setup) run.Load { return run.ReleaseProbe{} },
 		fault:    freezeA,
 	},
 
 	{
-		Name: Contract, Expect: keeps,
-		Text:  Text{Keeps: "keeps the Locker contract: Acquire honours its context, Release of an expired lease is harmless, Acquire after Close returns ErrClosed, a second Close is harmless"},
+		Name: Contract, Expect: keepsContract,
+		Text: Text{
+			Keeps:    "keeps the Locker contract: Acquire honours its context, Release of an expired lease is harmless, Acquire after Close returns ErrClosed, a second Close is harmless",
+			Measures: "measures whether the Locker keeps its contract: Acquire honours its context, Release of an expired lease is harmless, Acquire after Close returns ErrClosed, a second Close is harmless",
+		},
 		load:  func(*Config, *run.Setup) run.Load { return run.Contract{Bound: contractBound} },
 		fault: freezeA,
 	},
 
 	{
 		Name: ChaosNone, Family: FamilyChaos, Expect: keeps,
-		Text: Text{Keeps: "keeps the invariant with worker processes and no faults"},
+		Text: Text{
+			Keeps:    "keeps the invariant with worker processes and no faults",
+			Measures: "measures whether an update is lost with worker processes and no faults",
+		},
 		load: workers(false, false),
 	},
 	{
@@ -206,7 +219,10 @@ var table = append([]Scenario{
 	},
 	{
 		Name: LongLease, Family: FamilyChaos, Expect: keeps,
-		Text: Text{Keeps: "keeps the invariant when pauses are shorter than the lease"},
+		Text: Text{
+			Keeps:    "keeps the invariant when pauses are shorter than the lease",
+			Measures: "measures whether an update is lost when pauses are shorter than the lease",
+		},
 		load: func(c *Config, s *run.Setup) run.Load {
 			s.Lease = c.Chaos.LongLease
 			if s.Lease == 0 {
@@ -279,8 +295,9 @@ var table = append([]Scenario{
 	{
 		Name: Failover, Family: FamilyCluster, Exclusive: true, Expect: lossyIfAsync(Loses),
 		Text: Text{
-			Keeps: "keeps the invariant when the leader is killed while a holder is about to write",
-			Loses: "loses an update when the primary, its replicas lagging, is killed while a holder is about to write",
+			Keeps:    "keeps the invariant when the leader is killed while a holder is about to write",
+			Loses:    "loses an update when the primary, its replicas lagging, is killed while a holder is about to write",
+			Measures: "measures whether an update is lost when the leader is killed while a holder is about to write",
 		},
 		load:  func(*Config, *run.Setup) run.Load { return &run.Failover{Recovery: recoveryTimeout} },
 		fault: leaderKill,
@@ -296,7 +313,7 @@ var table = append([]Scenario{
 		},
 		fault: leaderKill,
 	},
-}, append(nodesTable, crashTable...)...)
+}, slices.Concat(nodesTable, crashTable, pitfallsTable)...)
 
 // splitBrain is the split-brain load on a service started with o: 1 s of
 // warm-up, the cut held 3 s past B's first grant (B waits at most 10 s),
@@ -413,5 +430,56 @@ var crashTable = []Scenario{
 		},
 		load:  restart,
 		fault: crash(true, true),
+	},
+}
+
+// freezeB stalls B, the waiter, with its renewals.
+func freezeB(_ *Config, fx *run.Fixture) faults.Fault {
+	return &faults.Freeze{Path: fx.Paths[1], Locker: fx.Lockers[1], Lane: 1, Name: "B"}
+}
+
+// dropRepliesToA drops every reply of the lock service to A.
+func dropRepliesToA(_ *Config, fx *run.Fixture) faults.Fault {
+	return &faults.DropReplies{Path: fx.Paths[0], Lane: 0, Name: "A"}
+}
+
+// pitfallsTable are the pitfalls users report (issue 26; docs/pitfalls.md),
+// each asked of every lock.
+var pitfallsTable = []Scenario{
+	{
+		Name: WaiterStall, Family: FamilyPitfall, Expect: lossy(Measures),
+		Text: Text{
+			Keeps:    "does not grant a waiter that stalled past its lease while another client holds the lock",
+			Measures: "measures whether a waiter that stalled past its lease is granted while another client holds the lock",
+		},
+		load:  func(*Config, *run.Setup) run.Load { return run.WaiterStall{} },
+		fault: freezeB,
+	},
+	{
+		Name: LostGrantReply, Family: FamilyPitfall, Expect: keeps,
+		Text: Text{
+			Keeps:    "does not grant the lock twice when the reply to a grant is lost and its client retries",
+			Measures: "measures whether the lock is granted twice when the reply to a grant is lost and its client retries",
+		},
+		load:  func(*Config, *run.Setup) run.Load { return run.LostGrant{} },
+		fault: dropRepliesToA,
+	},
+	{
+		Name: MixedLease, Family: FamilyPitfall, Expect: keeps,
+		Text: Text{
+			Keeps:    "does not grant a client with a shorter lease the lock while the holder is inside its longer lease",
+			Measures: "measures whether a client with a shorter lease is granted the lock while the holder is inside its longer lease",
+		},
+		load: func(*Config, *run.Setup) run.Load { return run.MixedLease{} },
+	},
+	{
+		Name: ReleaseRace, Family: FamilyPitfall, Expect: keeps,
+		Text: Text{
+			Keeps:    "keeps the invariant when waiters and fresh clients race every release",
+			Measures: "measures whether an update is lost when waiters and fresh clients race every release",
+		},
+		load: func(c *Config, _ *run.Setup) run.Load {
+			return &run.ReleaseRace{Waiters: 3, Fresh: 2, For: c.Duration}
+		},
 	},
 }

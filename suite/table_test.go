@@ -9,7 +9,7 @@ import (
 // its fault schedule, never both, except the rows with no fault by
 // definition; and every row has a load.
 func TestEveryRowNamesWhatStrikes(t *testing.T) {
-	faultless := []string{Baseline, Control, ChaosNone}
+	faultless := []string{Baseline, Control, ChaosNone, MixedLease, ReleaseRace}
 	for _, sc := range table {
 		if sc.load == nil {
 			t.Errorf("%s: no load", sc.Name)

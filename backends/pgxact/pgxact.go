@@ -6,9 +6,11 @@
 // commits it. Clients use pgx v5.
 //
 // A transaction-level lock has no lease. What frees it when the holder
-// stalls is the session setting idle_in_transaction_session_timeout, which
-// the adapter sets to Lease: the server ends a session that sits idle inside
-// a transaction for that long, and the lock goes with the transaction. There
+// stalls is the setting idle_in_transaction_session_timeout, which the
+// adapter sets to Lease for each try's transaction (SET LOCAL, in the round
+// trip of its BEGIN, so that it reaches the server through a connection
+// pooler too): the server ends a session that sits idle inside a
+// transaction for that long, and the lock goes with the transaction. There
 // is no renewal: a holder whose critical section sends nothing to this
 // session for longer than Lease (a slow holder, not only a stalled one) loses
 // the lock. Without the timeout (Postgres's default), a stalled holder keeps
@@ -18,7 +20,12 @@
 // The fencing token is the transaction's own ID (pg_current_xact_id, a
 // 64-bit counter that never wraps), taken in the statement that wins the
 // lock and only then, so the ID is assigned at grant time: a later grant is
-// a later transaction with a larger ID.
+// a later transaction with a larger ID. The same statement reads the
+// backend's pid (the lease's Session).
+//
+// The lock is the transaction's, so it is safe through a pooler in
+// transaction mode (PgBouncer's pool_mode=transaction), which keeps one
+// server connection for the whole transaction.
 package pgxact
 
 import (
@@ -54,8 +61,8 @@ type Config struct {
 	// Key names the lock; it is hashed (FNV-64a) to the advisory lock's
 	// bigint key. Required.
 	Key string
-	// Lease is the session's idle_in_transaction_session_timeout, in whole
-	// milliseconds. Default 500ms; at least 1ms.
+	// Lease is the lock transaction's idle_in_transaction_session_timeout,
+	// in whole milliseconds. Default 500ms; at least 1ms.
 	Lease time.Duration
 	// Poll is the wait between tries while the lock is taken. Default 5ms.
 	Poll time.Duration
@@ -67,6 +74,7 @@ type locker struct {
 	key    int64
 	lease  time.Duration
 	poll   time.Duration
+	begin  pgx.TxOptions // BEGIN, and the transaction's timeout
 	closed atomic.Bool
 
 	mu   sync.Mutex
@@ -81,11 +89,12 @@ func New(cfg Config) (backends.Locker, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Millisecond
 	}
-	cc, err := pgconf.Parse("pgxact", cfg.ConnString, cfg.Addr, cfg.Dial, "idle_in_transaction_session_timeout", cfg.Lease)
+	cc, err := pgconf.Parse("pgxact", cfg.ConnString, cfg.Addr, cfg.Dial)
 	if err != nil {
 		return nil, err
 	}
-	return &locker{cfg: cc, key: int64(pgconf.Key(cfg.Key)), lease: cfg.Lease, poll: cfg.Poll}, nil
+	begin := pgx.TxOptions{BeginQuery: "BEGIN; " + pgconf.Set("idle_in_transaction_session_timeout", cfg.Lease, true)}
+	return &locker{cfg: cc, key: int64(pgconf.Key(cfg.Key)), lease: cfg.Lease, poll: cfg.Poll, begin: begin}, nil
 }
 
 var _ backends.TTLer = (*locker)(nil)
@@ -120,8 +129,9 @@ func (l *locker) dropSession(c *pgx.Conn) {
 	c.Close(context.Background())
 }
 
-// tryLock wins the lock and, only then, assigns the transaction its ID.
-const tryLock = `SELECT CASE WHEN pg_try_advisory_xact_lock($1) THEN pg_current_xact_id()::text::bigint ELSE 0 END`
+// tryLock wins the lock and, only then, assigns the transaction its ID;
+// and says which backend runs it.
+const tryLock = `SELECT CASE WHEN pg_try_advisory_xact_lock($1) THEN pg_current_xact_id()::text::bigint ELSE 0 END, pg_backend_pid()`
 
 // Acquire tries until it holds the lock or ctx is done. A session the server
 // ended (this client stalled inside a try's transaction past the timeout),
@@ -148,13 +158,16 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			}
 			return nil, wrap(err)
 		}
-		var fence int64
-		tx, err := c.Begin(ctx)
+		var (
+			fence int64
+			pid   int32
+		)
+		tx, err := c.BeginTx(ctx, l.begin)
 		if err == nil {
-			err = tx.QueryRow(ctx, tryLock, l.key).Scan(&fence)
+			err = tx.QueryRow(ctx, tryLock, l.key).Scan(&fence, &pid)
 		}
 		if err == nil && fence > 0 {
-			return &lease{l: l, conn: c, tx: tx, fence: uint64(fence)}, nil
+			return &lease{l: l, conn: c, tx: tx, fence: uint64(fence), pid: pid}, nil
 		}
 		if tx != nil {
 			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -203,11 +216,18 @@ type lease struct {
 	conn  *pgx.Conn
 	tx    pgx.Tx
 	fence uint64
+	pid   int32 // the server backend that ran the grant
 	mu    sync.Mutex
 	done  bool
 }
 
+var _ backends.Sessioner = (*lease)(nil)
+
 func (g *lease) Fence() uint64 { return g.fence }
+
+// Session is the pid of the server backend whose transaction holds the
+// lock.
+func (g *lease) Session() string { return fmt.Sprintf("pid %d", g.pid) }
 
 // Release commits the lock's transaction, which releases the lock: it is the
 // transaction's, and never anyone else's. If the server already ended the

@@ -2,15 +2,24 @@
 // advisory lock (pg_advisory_lock) held on a dedicated connection.
 //
 // A session lock has no lease of its own: it lasts as long as the session.
-// The adapter gives it one by setting idle_session_timeout on that session:
-// the server ends a session that has sent nothing for that long, and with it
-// the lock. While the holder runs, a background query every third of the
+// The adapter gives it one by setting idle_session_timeout on that session,
+// in the statements that take the lock (so that the setting reaches the
+// server through a connection pooler too): the server ends a session that
+// has sent nothing for that long, and with it the lock. While the holder runs, a background query every third of the
 // timeout keeps the session busy (renewal); a holder whose process or network
 // stalls sends nothing, and the server frees the lock.
 //
 // The fencing token is nextval of a sequence, sent in the same simple-protocol
 // round trip as pg_advisory_lock: the server runs both before the client sees
 // either, so no client-side pause can fall between the grant and its token.
+// The same round trip reads the backend's pid (the lease's Session).
+//
+// Through a pooler in transaction mode (PgBouncer's pool_mode=transaction)
+// a session lock is unsafe by design: each statement may run on another
+// server connection, so the unlock can miss the connection that holds the
+// lock, and a second client whose statement runs there is granted the same
+// lock at once (advisory locks are re-entrant per session). Use pgxact
+// there.
 package postgres
 
 import (
@@ -77,7 +86,7 @@ func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("postgres", cfg.Key, "the lock key", &cfg.Lease, 500*time.Millisecond, time.Millisecond, "idle_session_timeout's 1ms resolution"); err != nil {
 		return nil, err
 	}
-	cc, err := pgconf.Parse("postgres", cfg.ConnString, cfg.Addr, cfg.Dial, "idle_session_timeout", cfg.Lease)
+	cc, err := pgconf.Parse("postgres", cfg.ConnString, cfg.Addr, cfg.Dial)
 	if err != nil {
 		return nil, err
 	}
@@ -95,10 +104,10 @@ func (l *locker) TTL() time.Duration { return l.lease }
 // Expiry is TTL: the service frees the lease on time.
 func (l *locker) Expiry() time.Duration { return l.TTL() }
 
-// Acquire tries until it holds the lock or ctx is done. A client stalled
-// between connecting and asking finds its session ended by
-// idle_session_timeout (57P05), or terminated (57P01), or its dial timed
-// out: nothing was granted, and it starts over on a new connection. Other
+// Acquire tries until it holds the lock or ctx is done. A client whose
+// session was ended before the grant (idle_session_timeout, 57P05;
+// terminated, 57P01), or whose dial timed out, was granted nothing: it
+// starts over on a new connection. Other
 // errors (authentication, a missing database) are returned at once.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	return adapt.Retry(ctx, l.attempt, retryable)
@@ -127,23 +136,29 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		}
 		l.seqOK.Store(true)
 	}
-	// One round trip, two statements: grant, then its fence.
-	q := fmt.Sprintf("SELECT pg_advisory_lock(%d); SELECT nextval(%s)", l.key, quoteLiteral(seq))
+	// One round trip, three statements: the session's lease, the grant,
+	// then its fence and the backend that holds it.
+	q := fmt.Sprintf("%s; SELECT pg_advisory_lock(%d); SELECT nextval(%s), pg_backend_pid()",
+		pgconf.Set("idle_session_timeout", l.lease, false), l.key, quoteLiteral(seq))
 	res, err := conn.PgConn().Exec(ctx, q).ReadAll()
-	if err == nil && (len(res) != 2 || len(res[1].Rows) != 1) {
+	if err == nil && (len(res) != 3 || len(res[2].Rows) != 1 || len(res[2].Rows[0]) != 2) {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	if err != nil {
 		conn.Close(context.Background())
 		return nil, wrap(err)
 	}
-	fence, err := strconv.ParseUint(string(res[1].Rows[0][0]), 10, 64)
+	fence, err := strconv.ParseUint(string(res[2].Rows[0][0]), 10, 64)
+	if err == nil {
+		_, err = strconv.ParseInt(string(res[2].Rows[0][1]), 10, 32)
+	}
 	if err != nil {
 		conn.Close(context.Background())
 		return nil, wrap(err)
 	}
 	kctx, stop := context.WithCancel(context.Background())
-	s := &lease{l: l, conn: conn, fence: fence, stop: stop, done: make(chan struct{})}
+	pid, _ := strconv.ParseInt(string(res[2].Rows[0][1]), 10, 32)
+	s := &lease{l: l, conn: conn, fence: fence, pid: int32(pid), stop: stop, done: make(chan struct{})}
 	// A query every lease/3, so the session is never idle for the timeout
 	// while the holder's process runs.
 	go func() {
@@ -167,15 +182,22 @@ type lease struct {
 	mu       sync.Mutex // serializes use of conn
 	conn     *pgx.Conn
 	fence    uint64
+	pid      int32 // the server backend that ran the grant
 	stop     context.CancelFunc
 	done     chan struct{}
 	lost     adapt.Lost
 	released bool
 }
 
-var _ backends.LossNotifier = (*lease)(nil)
+var (
+	_ backends.LossNotifier = (*lease)(nil)
+	_ backends.Sessioner    = (*lease)(nil)
+)
 
 func (s *lease) Fence() uint64 { return s.fence }
+
+// Session is the pid of the server backend that granted the lock.
+func (s *lease) Session() string { return fmt.Sprintf("pid %d", s.pid) }
 
 func (s *lease) Lost() <-chan struct{} { return s.lost.C() }
 
@@ -227,18 +249,19 @@ func (l *locker) Cleanup(ctx context.Context) error {
 
 var _ backends.Terminator = (*lease)(nil)
 
-// Terminate ends the lease's session with pg_terminate_backend from a new
-// connection and waits (up to 5 s, the function's own timeout) until the
-// server process is gone, so that the lock is free when it returns.
+// Terminate ends the session that granted the lock (its backend's pid, as
+// the server reported it) with pg_terminate_backend from a new connection
+// and waits (up to 5 s, the function's own timeout) until the server
+// process is gone, so that the lock is free when it returns.
 func (s *lease) Terminate(ctx context.Context) error {
-	pid := s.conn.PgConn().PID()
+	pid := s.pid
 	conn, err := pgx.ConnectConfig(ctx, s.l.cfg)
 	if err != nil {
 		return fmt.Errorf("postgres: terminate session %d: %w", pid, err)
 	}
 	defer conn.Close(context.Background())
 	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int32(pid)).Scan(&ok); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", pid).Scan(&ok); err != nil {
 		return fmt.Errorf("postgres: terminate session %d: %w", pid, err)
 	}
 	if !ok {

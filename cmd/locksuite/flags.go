@@ -70,8 +70,8 @@ func parseList(flagName, v string, allowed []string) ([]string, error) {
 }
 
 // parseBackends parses --backends: names from local.Names,
-// local.Libraries, local.Clusters, local.WhenNamed and local.Variants;
-// "all" is every name
+// local.Libraries, local.Clusters, local.WhenNamed, local.Variants and
+// local.Poolers; "all" is every name
 // of local.Names, "libraries" every one of local.Libraries.
 func parseBackends(v string) ([]string, error) {
 	var parts []string
@@ -85,7 +85,7 @@ func parseBackends(v string) ([]string, error) {
 			parts = append(parts, s)
 		}
 	}
-	allowed := slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed, local.Variants)
+	allowed := slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed, local.Variants, local.Poolers)
 	return parseList("backends", strings.Join(parts, ","), allowed)
 }
 
@@ -94,7 +94,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	var o options
 	backends := fs.String("backends", "all", backendsHelp())
-	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Names(""), ",")+"; chaos (worker processes): "+strings.Join(suite.Names(suite.FamilyChaos), ",")+"; network and server faults: "+strings.Join(suite.Names(suite.FamilyFault), ",")+"; on clusters: "+strings.Join(suite.Names(suite.FamilyCluster), ",")+"; on clusters partitioned on network namespaces (root): "+strings.Join(suite.Names(suite.FamilyNodes), ",")+"; the lock service crashed and restarted (its servers then start crashable): "+strings.Join(suite.Names(suite.FamilyCrash), ","))
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Names(""), ",")+"; chaos (worker processes): "+strings.Join(suite.Names(suite.FamilyChaos), ",")+"; network and server faults: "+strings.Join(suite.Names(suite.FamilyFault), ",")+"; on clusters: "+strings.Join(suite.Names(suite.FamilyCluster), ",")+"; on clusters partitioned on network namespaces (root): "+strings.Join(suite.Names(suite.FamilyNodes), ",")+"; the lock service crashed and restarted (its servers then start crashable): "+strings.Join(suite.Names(suite.FamilyCrash), ",")+"; the pitfalls users report: "+strings.Join(suite.Names(suite.FamilyPitfall), ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
 	shard := fs.String("shard", "", "run only share `I/N` of the runs (1 <= I <= N), for a run split over N machines or CI jobs; every shard of the same flags agrees on the split, and locksuite merge joins the shards' --json (default: the whole run)")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")

@@ -63,7 +63,8 @@ func backendsHelp() string {
 		strings.Join(local.Libraries, ",") + " (libraries); each is started here (" + strings.Join(started, "; ") + ") or taken from " +
 		strings.Join(local.Variables(), ", ") + "; clusters, started here when named (not by all): " + strings.Join(local.Clusters, ",") +
 		"; on " + or(whenNamed) + ", when named: " + strings.Join(local.WhenNamed, ",") +
-		"; durability settings of redis-server and nats-server for the crash scenarios (docs/crash.md), when named: " + strings.Join(local.Variants, ",")
+		"; durability settings of redis-server and nats-server for the crash scenarios (docs/crash.md), when named: " + strings.Join(local.Variants, ",") +
+		"; through PgBouncer in front of Postgres, when named: " + strings.Join(local.Poolers, ",")
 }
 
 // storeHelp is the help of run's --store.

@@ -90,6 +90,38 @@ func (f *Partition) Span() Span {
 	return Span{Lane: f.Lane, Kind: "cut", What: "cut " + f.Name}
 }
 
+// DropReplies lets one client's requests reach the lock service and drops
+// every reply (Path.DropReplies), on open and new connections, until the
+// heal (Path.Heal, which closes the connections that lost replies): the
+// service acts on what the client asked (grants it the lock) and the client
+// never hears of it, as when a reply is lost, or arrives after the client's
+// timeout. It does not apply to a client that dialled nothing through its
+// Path.
+type DropReplies struct {
+	Path *Path
+	Lane int
+	Name string
+}
+
+func (f *DropReplies) Applies(context.Context) error {
+	if dialled(f.Path) {
+		return nil
+	}
+	return NotApplicable(NoDial)
+}
+
+func (f *DropReplies) Inject(context.Context) (func() error, error) {
+	if !dialled(f.Path) {
+		return nil, NotApplicable(NoDial)
+	}
+	f.Path.DropReplies()
+	return func() error { f.Path.Heal(); return nil }, nil
+}
+
+func (f *DropReplies) Span() Span {
+	return Span{Lane: f.Lane, Kind: "replies dropped", What: "drop replies to " + f.Name}
+}
+
 // Stopper is a process that can be stopped and continued as a whole: a
 // worker process, a server member. Group is one.
 type Stopper interface {
@@ -487,7 +519,7 @@ func (f *LeaderKill) Restore(ctx context.Context) error {
 }
 
 var (
-	_ = []Fault{(*Freeze)(nil), (*Partition)(nil), (*Stop)(nil), (*StopHolder)(nil), (*Stall)(nil),
+	_ = []Fault{(*Freeze)(nil), (*Partition)(nil), (*DropReplies)(nil), (*Stop)(nil), (*StopHolder)(nil), (*Stall)(nil),
 		(*ServerStop)(nil), (*ClockJump)(nil), (*SessionKill)(nil), (*LeaderKill)(nil)}
 	_ Aimable  = (*Stall)(nil)
 	_ Restorer = (*LeaderKill)(nil)

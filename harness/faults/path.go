@@ -9,8 +9,8 @@ import (
 // Path is one client's way to its lock service: every TCP connection the
 // client makes through Dial goes through a Proxy of the Path's own, one per
 // address dialled, made on first use. A fault applied to the Path (Freeze,
-// Cut, Blackhole) applies to every proxy it has and to every proxy it makes
-// later, until Heal; so a client that talks to several servers (a cluster's
+// Cut, Blackhole, DropReplies) applies to every proxy it has and to every
+// proxy it makes later, until Heal; so a client that talks to several servers (a cluster's
 // members, the primary that Sentinels name, Redlock's independent servers)
 // stalls or is cut off as a whole, wherever it connects.
 //
@@ -71,9 +71,23 @@ func (p *Path) proxy(address string) (*Proxy, error) {
 		px.Cut()
 	case blackhole:
 		px.Blackhole()
+	case dropReplies:
+		px.DropReplies()
 	}
 	p.proxies[address] = px
 	return px, nil
+}
+
+// Sent is how many bytes the client's connections have sent to the lock
+// service through the Path so far (Proxy.Sent, over its proxies).
+func (p *Path) Sent() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for _, px := range p.proxies {
+		n += px.Sent()
+	}
+	return n
 }
 
 // Dials is how many connections the client made through Dial so far.
@@ -107,6 +121,10 @@ func (p *Path) Cut() { p.each(cut, (*Proxy).Cut) }
 // Blackhole silently drops all of the client's traffic until Heal, as
 // Proxy.Blackhole does.
 func (p *Path) Blackhole() { p.each(blackhole, (*Proxy).Blackhole) }
+
+// DropReplies lets the client's requests through and drops the server's
+// replies, as Proxy.DropReplies does, until Heal.
+func (p *Path) DropReplies() { p.each(dropReplies, (*Proxy).DropReplies) }
 
 // Heal undoes every fault, as Proxy.Heal does.
 func (p *Path) Heal() { p.each(forward, (*Proxy).Heal) }

@@ -28,16 +28,18 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // mode is what the proxy does with the bytes it reads.
 type mode int
 
 const (
-	forward   mode = iota
-	frozen         // hold until the mode changes
-	cut            // connections closed, new ones refused
-	blackhole      // read and discard
+	forward     mode = iota
+	frozen           // hold until the mode changes
+	cut              // connections closed, new ones refused
+	blackhole        // read and discard
+	dropReplies      // forward the client's bytes, read and discard the server's
 )
 
 // Proxy forwards connections from its loopback address to Target.
@@ -51,7 +53,12 @@ type Proxy struct {
 	links   map[*link]struct{}
 	closed  bool
 	wg      sync.WaitGroup
+	sent    atomic.Int64 // bytes forwarded to the target
 }
+
+// Sent is how many bytes the proxy has forwarded from its clients to the
+// target so far (not those a fault held or dropped).
+func (p *Proxy) Sent() int64 { return p.sent.Load() }
 
 // link is one proxied connection: the client's side and the server's.
 type link struct {
@@ -132,9 +139,19 @@ func (p *Proxy) Blackhole() {
 	p.setMode(blackhole)
 }
 
+// DropReplies forwards what clients send and reads and discards what the
+// server sends back, on open and new connections, until Heal; connections
+// stay open. It replaces a freeze (bytes held by it are delivered to the
+// server, or discarded if they are the server's), a cut or a blackhole.
+func (p *Proxy) DropReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setMode(dropReplies)
+}
+
 // Heal undoes every fault: it thaws (delivering what a freeze held), and
-// ends a cut or a blackhole. A connection that lost bytes to
-// the blackhole is closed: its stream has a hole and cannot be parsed again,
+// ends a cut, a blackhole or dropped replies. A connection that lost bytes to
+// the blackhole or to dropped replies is closed: its stream has a hole and cannot be parsed again,
 // as a real one whose retransmissions timed out; connections that lost
 // nothing go on.
 func (p *Proxy) Heal() {
@@ -149,9 +166,10 @@ func (p *Proxy) Heal() {
 }
 
 // gate waits while the proxy is frozen and says what to do with a chunk of
-// l: forward it, drop it (blackhole; l is marked lost) or end the pipe
-// (cut, or the proxy closed).
-func (p *Proxy) gate(l *link) mode {
+// l going to the client (toClient) or to the server: forward it, drop it
+// (blackhole, or a reply while replies are dropped: blackhole is returned,
+// and l is marked lost) or end the pipe (cut, or the proxy closed).
+func (p *Proxy) gate(l *link, toClient bool) mode {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
@@ -169,6 +187,14 @@ func (p *Proxy) gate(l *link) mode {
 			if l != nil {
 				l.lost = true
 			}
+		case dropReplies:
+			if !toClient {
+				return forward
+			}
+			if l != nil {
+				l.lost = true
+			}
+			return blackhole
 		}
 		return p.mode
 	}
@@ -236,7 +262,7 @@ func (p *Proxy) accept() {
 func (p *Proxy) serve(l *link) {
 	defer p.wg.Done()
 	defer p.untrack(l)
-	if p.gate(nil) == cut { // a frozen network does not connect either
+	if p.gate(nil, false) == cut { // a frozen network does not connect either
 		return
 	}
 	server, err := net.Dial("tcp", p.target)
@@ -252,8 +278,8 @@ func (p *Proxy) serve(l *link) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pipe(l, server, l.client) }()
-	go func() { defer wg.Done(); p.pipe(l, l.client, server) }()
+	go func() { defer wg.Done(); p.pipe(l, server, l.client, false) }()
+	go func() { defer wg.Done(); p.pipe(l, l.client, server, true) }()
 	wg.Wait()
 }
 
@@ -263,12 +289,12 @@ type chunk struct {
 	err error
 }
 
-// pipe copies src to dst: a reader goroutine reads chunks, and this one
-// delivers each, holding it at the gate (or dropping it in
-// a blackhole) before writing it. When src ends it half-closes dst (after
+// pipe copies src to dst (the client, when toClient): a reader goroutine
+// reads chunks, and this one delivers each, holding it at the gate (or
+// dropping it in a blackhole, or as a dropped reply) before writing it. When src ends it half-closes dst (after
 // the gate), leaving the other direction open; on any other end it closes
 // both sides, which ends the other direction's pipe too.
-func (p *Proxy) pipe(l *link, dst, src net.Conn) {
+func (p *Proxy) pipe(l *link, dst, src net.Conn, toClient bool) {
 	ch := make(chan chunk, 64)
 	go func() {
 		defer close(ch)
@@ -289,7 +315,7 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 	}
 	for c := range ch {
 		if len(c.b) > 0 {
-			switch p.gate(l) {
+			switch p.gate(l, toClient) {
 			case cut:
 				abort()
 				return
@@ -298,18 +324,21 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn) {
 					abort()
 					return
 				}
+				if !toClient {
+					p.sent.Add(int64(len(c.b)))
+				}
 			}
 		}
 		if c.err != nil {
-			m := p.gate(l)
+			m := p.gate(l, toClient)
 			for m == blackhole { // the end is lost too: Heal closes the link
 				p.mu.Lock()
-				ch, still := p.changed, p.mode == blackhole && !p.closed
+				ch, still := p.changed, (p.mode == blackhole || p.mode == dropReplies && toClient) && !p.closed
 				p.mu.Unlock()
 				if still {
 					<-ch
 				}
-				m = p.gate(l)
+				m = p.gate(l, toClient)
 			}
 			if m != cut && errors.Is(c.err, io.EOF) {
 				if tc, ok := dst.(*net.TCPConn); ok {

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"io"
@@ -116,6 +117,25 @@ func dialEcho(t *testing.T) (*Proxy, net.Conn) {
 	return p, c
 }
 
+// proxyDialer starts a proxy in front of addr and returns it with a dial
+// of a new connection through it, all closed when the test ends.
+func proxyDialer(t *testing.T, addr string) (*Proxy, func() net.Conn) {
+	t.Helper()
+	p, err := NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, func() net.Conn {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+}
+
 // TestFreezeLosesNothing pushes 4 MiB through the proxy while it freezes and
 // thaws repeatedly, and checks that exactly the same bytes come back, and
 // that nothing at all comes through while frozen.
@@ -215,19 +235,7 @@ func TestCut(t *testing.T) {
 // meanwhile goes on, and new ones work.
 func TestBlackhole(t *testing.T) {
 	addr, received := countingEcho(t)
-	p, err := NewProxy(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", p.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	p, dial := proxyDialer(t, addr)
 	lossy, idle := dial(), dial()
 	for _, c := range []net.Conn{lossy, idle} {
 		if got, err := roundTrip(c, "ab"); err != nil || got != "ab" {
@@ -269,5 +277,74 @@ func TestHealAfterFreezeDelivers(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
 		t.Fatalf("after Heal got %q, %v; want held", buf, err)
+	}
+}
+
+// TestDropReplies: while replies are dropped, what the client sends reaches
+// the server (which echoes it) and nothing comes back, on an open
+// connection and on one made meanwhile; Heal closes the connections that
+// lost replies, and new ones work.
+func TestDropReplies(t *testing.T) {
+	addr, received := countingEcho(t)
+	p, dial := proxyDialer(t, addr)
+	open := dial()
+	if got, err := roundTrip(open, "ab"); err != nil || got != "ab" {
+		t.Fatalf("before: %q, %v", got, err)
+	}
+	p.DropReplies()
+	open.Write([]byte("asked"))
+	silent(t, open)
+	late := dial()
+	late.Write([]byte("asked2"))
+	silent(t, late)
+	if got := p.Sent(); got != 2+5+6 {
+		t.Fatalf("Sent() %d, want 13", got)
+	}
+	if n := received.Load(); n != 2+5+6 {
+		t.Fatalf("the server received %d bytes, want 13: requests must get through while replies are dropped", n)
+	}
+	p.Heal()
+	for _, c := range []net.Conn{open, late} {
+		if err := ended(c); err != nil {
+			t.Fatalf("a connection that lost replies, after Heal: %v", err)
+		}
+	}
+	if got, err := roundTrip(dial(), "cd"); err != nil || got != "cd" {
+		t.Fatalf("a new connection after Heal: %q, %v", got, err)
+	}
+}
+
+// TestDropRepliesFault: the fault does not apply to a client that dialled
+// nothing through its Path; struck, it drops the replies on the Path's
+// proxies, and its heal ends that.
+func TestDropRepliesFault(t *testing.T) {
+	path := NewPath()
+	t.Cleanup(func() { path.Close() })
+	f := &DropReplies{Path: path, Lane: 0, Name: "A"}
+	if err := f.Applies(context.Background()); !errors.Is(err, ErrNotApplicable) {
+		t.Fatalf("Applies before any dial: %v, want ErrNotApplicable", err)
+	}
+	c, err := path.Dial(context.Background(), "tcp", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := f.Applies(context.Background()); err != nil {
+		t.Fatalf("Applies after a dial: %v", err)
+	}
+	heal, err := f.Inject(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("x"))
+	silent(t, c)
+	if err := heal(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ended(c); err != nil {
+		t.Fatalf("a connection that lost replies, after the heal: %v", err)
+	}
+	if s := f.Span(); s.Kind != "replies dropped" || s.What != "drop replies to A" {
+		t.Fatalf("span %+v", s)
 	}
 }

@@ -47,6 +47,9 @@ type Section struct {
 	Read    int64         `json:"read"`  // the value read
 	Wrote   int64         `json:"wrote"` // the value written
 	Outcome Outcome       `json:"outcome"`
+	// Session is the server-side session that held the grant, if the
+	// lease names it (backends.Sessioner): "pid 4242".
+	Session string `json:"session,omitempty"`
 }
 
 // Valid reports whether s could have been recorded: a known Outcome, times

@@ -89,14 +89,10 @@ func (c Contract) Run(ctx context.Context, fx *Fixture, freeze faults.Fault) (Ou
 	}
 
 	// A holds the lock.
-	askedA := rec.Now()
-	actx, cancelA := context.WithTimeout(ctx, probeTimeout)
-	la, err := traffic.Acquire(actx, a)
-	cancelA()
+	la, askedA, startA, err := fx.holdFree(ctx)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("holder A: %w", err)
+		return Outcome{}, err
 	}
-	startA := rec.Now()
 
 	// 1. B's Acquire, waiting for A, is cancelled.
 	bctx, cancelB := context.WithCancel(ctx)

@@ -53,10 +53,22 @@ func directDial(ctx context.Context, network, address string) (net.Conn, error) 
 	return d.DialContext(ctx, network, address)
 }
 
-// Clients makes n Lockers; with proxied, each dials through a
-// faults.Path of its own.
+// Clients makes n Lockers, each asking for Lease; with proxied, each dials
+// through a faults.Path of its own.
 func (fx *Fixture) Clients(ctx context.Context, n int, proxied bool) error {
-	for id := range n {
+	leases := make([]time.Duration, n)
+	for i := range leases {
+		leases[i] = fx.Lease
+	}
+	return fx.ClientsLeased(ctx, leases, proxied)
+}
+
+// ClientsLeased makes one Locker per lease, client i asking for leases[i]
+// (suite.Client.Lease); with proxied, each dials through a faults.Path of
+// its own.
+func (fx *Fixture) ClientsLeased(ctx context.Context, leases []time.Duration, proxied bool) error {
+	for _, lease := range leases {
+		id := len(fx.Lockers)
 		dial := directDial
 		var p *faults.Path
 		if proxied {
@@ -64,13 +76,22 @@ func (fx *Fixture) Clients(ctx context.Context, n int, proxied bool) error {
 			dial = p.Dial
 		}
 		fx.Paths = append(fx.Paths, p)
-		l, err := fx.NewLocker(ctx, id, dial, fx.Lease)
+		l, err := fx.NewLocker(ctx, id, dial, lease)
 		if err != nil {
-			return fmt.Errorf("NewLocker for client %d: %w", id, err)
+			return fmt.Errorf("NewLocker for client %d (lease %v): %w", id, lease, err)
 		}
 		fx.Lockers = append(fx.Lockers, l)
 	}
 	return nil
+}
+
+// expiryOf is how long client i's stalled lease takes to run out, by what
+// its Locker declares (backends.TTLOf), else Lease.
+func (fx *Fixture) expiryOf(i int) time.Duration {
+	if _, x, ok := backends.TTLOf(fx.Lockers[i]); ok {
+		return x
+	}
+	return fx.Lease
 }
 
 // OpenStore opens the run's counter.
@@ -154,6 +175,18 @@ func (fx *Fixture) takeover(ctx context.Context, b backends.Locker, heal func() 
 	cancel()
 	_ = heal()
 	return lb, asked, start, err
+}
+
+// holdFree is A's grant of the free lock (client 0), within probeTimeout,
+// asked and granted at the recorder's times asked and start.
+func (fx *Fixture) holdFree(ctx context.Context) (l backends.Lease, asked, start time.Duration, err error) {
+	asked = fx.Rec.Now()
+	actx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if l, err = traffic.Acquire(actx, fx.Lockers[0]); err != nil {
+		return nil, 0, 0, fmt.Errorf("holder A: %w", err)
+	}
+	return l, asked, fx.Rec.Now(), nil
 }
 
 // Lease0 is client 0's lease while it holds one (set by the holder

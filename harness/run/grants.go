@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/locksuite/locksuite/harness/history"
@@ -81,3 +82,50 @@ func grantOverlaps(secs []history.Section) int {
 
 // seconds prints d in seconds, as the node scenarios' reasons do: "3.20s".
 func seconds(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+// sessionNote names the server sessions (history.Section.Session) that
+// held overlapping acknowledged critical sections, for a lock whose leases
+// name them: "overlapping grants on server sessions: clients 0 and 1 both
+// on pid 4242 (2 times)". Empty when no two such sections overlapped.
+func sessionNote(secs []history.Section) string {
+	type pair struct{ a, b string }
+	counts := map[pair]int{}
+	var order []pair
+	for i, a := range secs {
+		for _, b := range secs[i+1:] {
+			if a.Client == b.Client || a.Session == "" || b.Session == "" || !(a.Start < b.End && b.Start < a.End) ||
+				a.Outcome != history.Accepted || b.Outcome != history.Accepted {
+				continue
+			}
+			x, y := fmt.Sprintf("client %d on %s", a.Client, a.Session), fmt.Sprintf("client %d on %s", b.Client, b.Session)
+			if a.Session == b.Session {
+				x, y = fmt.Sprintf("clients %d and %d both on %s", min(a.Client, b.Client), max(a.Client, b.Client), a.Session), ""
+			}
+			p := pair{x, y}
+			if counts[p] == 0 {
+				order = append(order, p)
+			}
+			counts[p]++
+		}
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	var parts []string
+	for i, p := range order {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(order)-3))
+			break
+		}
+		s := p.a
+		if p.b != "" {
+			s += " with " + p.b
+		}
+		times := "once"
+		if counts[p] > 1 {
+			times = fmt.Sprintf("%d times", counts[p])
+		}
+		parts = append(parts, s+" ("+times+")")
+	}
+	return "overlapping grants on server sessions: " + strings.Join(parts, "; ")
+}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,6 +123,9 @@ type Outcome struct {
 	Amend func(*checker.Result)
 	// Row, if not nil, adds the load's own figures to the row.
 	Row func(*report.Row)
+	// Note, if not empty, is appended to the verdict's reason: what the
+	// load saw (when a client was granted, against whom).
+	Note string
 }
 
 // Execute runs one scenario: l's clients under what n makes for them,
@@ -224,6 +228,11 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 	}
 	if out.Amend != nil {
 		out.Amend(&res)
+	}
+	for _, n := range []string{out.Note, sessionNote(fx.Rec.Sections())} {
+		if n != "" {
+			res.Reason = strings.TrimPrefix(res.Reason+"; "+n, "; ")
+		}
 	}
 	row = fx.row(res, out.Elapsed)
 	row.SetupMS, row.PlannedMS = setup.Milliseconds(), planned.Milliseconds()

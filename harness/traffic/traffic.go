@@ -172,6 +172,9 @@ func Increment(ctx context.Context, id int, l backends.Locker, s fencing.Store, 
 		return &StepError{id, "acquire", err}
 	}
 	sec := history.Section{Client: id, Asked: asked, Start: rec.Now(), Fence: lease.Fence(), Outcome: history.Aborted}
+	if s, ok := lease.(backends.Sessioner); ok {
+		sec.Session = s.Session()
+	}
 	if h.Granted != nil {
 		h.Granted(lease)
 	}

@@ -15,7 +15,7 @@ import (
 
 // TestDocsNameTheTable: the hand-written lists agree with the table. This
 // package's doc names every service's variable; the docs of Names,
-// Libraries, Clusters, WhenNamed and Variants name each of their backends; README's
+// Libraries, Clusters, WhenNamed, Variants and Poolers name each of their backends; README's
 // table of variables ("Your own servers") names every service's variable
 // and no variable the suite does not read; README's list of services names
 // every service; backends' package doc names every backend package.
@@ -31,7 +31,7 @@ func TestDocsNameTheTable(t *testing.T) {
 			t.Errorf("the package doc (local.go) does not name %s, the variable of %s", s.vars[0], s.name)
 		}
 	}
-	lists := map[string][]string{"Names": Names, "Libraries": Libraries, "Clusters": Clusters, "WhenNamed": WhenNamed, "Variants": Variants}
+	lists := map[string][]string{"Names": Names, "Libraries": Libraries, "Clusters": Clusters, "WhenNamed": WhenNamed, "Variants": Variants, "Poolers": Poolers}
 	for _, d := range f.Decls {
 		g, ok := d.(*ast.GenDecl)
 		if !ok || g.Tok != token.VAR {

@@ -1,7 +1,8 @@
 // Package local gives the suite its backends on this machine: one adapter
 // per lock service (Names), the lock libraries people use (Libraries), the
-// Kubernetes Lease backends (WhenNamed), replicated clusters (Clusters)
-// and the crash scenarios' durability settings (Variants).
+// Kubernetes Lease backends (WhenNamed), replicated clusters (Clusters),
+// the crash scenarios' durability settings (Variants) and the Postgres
+// locks through PgBouncer (Poolers).
 // It starts each server itself (harness/servers), or connects to one the
 // user names with the ecosystem's own environment variables, and builds a
 // suite.Config for each backend (Env.Config), or for a lock of the
@@ -23,6 +24,9 @@
 //	MYSQL_URL          a go-sql-driver DSN or mysql:// URL of a MySQL or MariaDB server
 //	NATS_URL           nats://[user:password@]host:port, comma-separated, of a
 //	                   NATS server with JetStream
+//	LOCKSUITE_PGBOUNCER_URL, LOCKSUITE_PGBOUNCER_SESSION_URL
+//	                   a PgBouncer (or another pooler) in front of Postgres, in
+//	                   transaction and in session pooling (see Poolers)
 //	KUBECONFIG         a Kubernetes cluster (k8s-lease, leader-election): the suite
 //	                   creates a namespace there and deletes it; with
 //	                   LOCKSUITE_KUBE_NAMESPACE, it uses that namespace as it is
@@ -122,6 +126,21 @@ var Clusters = namesOf(cluster)
 // The crash scenarios need the servers started WithCrash.
 var Variants = namesOf(variant)
 
+// Poolers are the Postgres locks through PgBouncer (Debian's pgbouncer,
+// which ci/setup.sh installs; the harness starts it in front of a Postgres
+// of its own), started only when named (not by "all" or "libraries"):
+//
+//	postgres-pgbouncer          the session advisory lock (backends/postgres) through
+//	                            transaction pooling: unsafe by design (its Config's Unsafe)
+//	pg-xact-pgbouncer           the transaction advisory lock (backends/pgxact) through
+//	                            transaction pooling
+//	postgres-pgbouncer-session  the session lock through session pooling
+//	pg-xact-pgbouncer-session   the transaction lock through session pooling
+//
+// LOCKSUITE_PGBOUNCER_URL and LOCKSUITE_PGBOUNCER_SESSION_URL name a
+// pooler of the user's in each mode instead.
+var Poolers = namesOf(pooler)
+
 // WhenNamed are the backends started only when named (not by "all" or
 // "libraries"), on a Kubernetes API: kube-apiserver, which ci/setup.sh
 // builds (about 5 minutes once) and which takes seconds to start, or the
@@ -132,8 +151,8 @@ var Variants = namesOf(variant)
 //	leader-election  client-go's leader election on a Lease (backends/leaderelection)
 var WhenNamed = namesWhenNamed()
 
-// Leases are the default leases per backend (of Names, Libraries, Clusters
-// and WhenNamed): their service's, as Defaults gives it (200 ms where the
+// Leases are the default leases per backend (of Names, Libraries, Clusters,
+// Poolers and WhenNamed): their service's, as Defaults gives it (200 ms where the
 // server allows it, 1 s where it grants whole seconds).
 var Leases = leases()
 

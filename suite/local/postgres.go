@@ -45,12 +45,18 @@ var postgresService = &service{
 const pgxModule = "github.com/jackc/pgx/v5"
 
 var postgresBackends = []backend{
-	{name: "postgres", kind: adapter, on: postgresService, modules: []string{pgxModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-		return postgres.New(postgres.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
-	}},
-	{name: "pg-xact", kind: library, on: postgresService, modules: []string{pgxModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-		return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
-	}},
+	{name: "postgres", kind: adapter, on: postgresService, modules: []string{pgxModule}, newLocker: newPostgres},
+	{name: "pg-xact", kind: library, on: postgresService, modules: []string{pgxModule}, newLocker: newPgXact},
+}
+
+// newPostgres is the session advisory lock (backends/postgres) at c.
+func newPostgres(c *conn, cl suite.Client) (backends.Locker, error) {
+	return postgres.New(postgres.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+}
+
+// newPgXact is the transaction advisory lock (backends/pgxact) at c.
+func newPgXact(c *conn, cl suite.Client) (backends.Locker, error) {
+	return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
 // noClockPostgres is why postgres's clock is not jumped (wrapped in

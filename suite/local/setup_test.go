@@ -65,12 +65,14 @@ func TestSetupServices(t *testing.T) {
 		{[]string{"etcd", "nats"}, nil},
 		{[]string{"consul", "consul-cluster", "redis-3"}, []string{"build consul", "apt redis-server"}},
 		{[]string{"kube", "zookeeper-ensemble", "mysql"}, []string{"build kube-apiserver", "apt zookeeper", "apt mariadb-server"}},
-		// No argument: what ci/setup.sh installed before it took any.
+		// No argument: everything (what ci/setup.sh installed before it
+		// took any, and PgBouncer since the poolers).
 		{nil, []string{"build consul", "apt postgresql-15", "apt redis-server", "apt faketime", "apt zookeeper", "apt mariadb-server",
-			"build kube-apiserver", "apt redis-sentinel", "apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
+			"build kube-apiserver", "apt redis-sentinel", "apt pgbouncer", "apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
 			"build kubelet", "build kube-controller-manager", "build kube-scheduler", "apt chromium", "apt docker-compose"}},
 		{[]string{"kube-cluster"}, []string{"apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
 			"build kube-apiserver", "build kubelet", "build kube-controller-manager", "build kube-scheduler"}},
+		{[]string{"pgbouncer-session"}, []string{"apt postgresql-15", "apt pgbouncer"}},
 	} {
 		out, err := setupScript(t, append([]string{"--list"}, tc.args...)...)
 		var got []string

@@ -21,6 +21,7 @@ const (
 	library             // Libraries: a lock library as it ships; "libraries"
 	cluster             // Clusters: a replicated service, for failover
 	variant             // Variants: a service's durability setting, for the crash scenarios
+	pooler              // Poolers: a lock through a connection pooler
 )
 
 // service is the server, or set of servers, that backends run on: how the
@@ -136,6 +137,7 @@ var byService = [][]backend{
 	mysqlBackends,
 	natsBackends,
 	kubeBackends,
+	pgbouncerBackends,
 }
 
 // table is every backend, built once: lookups by name, and each service

@@ -13,7 +13,7 @@ import (
 
 // TestTable: every backend has a unique name, a Locker and a service that
 // can be started, named by a variable, described and asked its version;
-// Names, Libraries, Clusters, WhenNamed and Variants list each backend once; a
+// Names, Libraries, Clusters, WhenNamed, Variants and Poolers list each backend once; a
 // service's variables are its own; a service with an adapter has its own
 // file, named after it.
 func TestTable(t *testing.T) {
@@ -44,10 +44,10 @@ func TestTable(t *testing.T) {
 			t.Errorf("service %q (of %s) has no file of its own: %v", s.name, n, err)
 		}
 	}
-	all := slices.Concat(Names, Libraries, Clusters, WhenNamed, Variants)
+	all := slices.Concat(Names, Libraries, Clusters, WhenNamed, Variants, Poolers)
 	slices.Sort(all)
 	if len(all) != len(seen) || len(slices.Compact(all)) != len(seen) {
-		t.Errorf("Names, Libraries, Clusters, WhenNamed and Variants (%v) do not list the %d backends once each", all, len(seen))
+		t.Errorf("Names, Libraries, Clusters, WhenNamed, Variants and Poolers (%v) do not list the %d backends once each", all, len(seen))
 	}
 	vars := map[string]string{}
 	for _, s := range services() {

@@ -14,6 +14,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/internal/wait"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local/localtest"
 )
@@ -130,10 +131,8 @@ func (r *renewingRedis) Acquire(ctx context.Context) (backends.Lease, error) {
 			go l.keepAlive()
 			return l, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		if err := wait.For(ctx, 5*time.Millisecond); err != nil {
+			return nil, err
 		}
 	}
 }
@@ -153,26 +152,30 @@ func (l *renewingLease) keepAlive() {
 	if l.r.renew == noRenew {
 		return
 	}
-	t := time.NewTicker(l.r.lease / 3)
+	every(l.stop, l.r.lease/3, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if l.r.renew == renewBlind {
+			_ = l.r.c.Set(ctx, l.r.key, l.token, l.r.lease).Err()
+			return true
+		}
+		n, err := renewScript.Run(ctx, l.r.c, []string{l.r.key}, l.token, l.r.lease.Milliseconds()).Int64()
+		return err != nil || n != 0 // lost: a correct renewal gives up
+	})
+}
+
+// every calls f every d until stop is closed or f returns false.
+func every(stop <-chan struct{}, d time.Duration, f func() bool) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
-		case <-l.stop:
+		case <-stop:
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		var n int64
-		var err error
-		if l.r.renew == renewBlind {
-			err = l.r.c.Set(ctx, l.r.key, l.token, l.r.lease).Err()
-			n = 1
-		} else {
-			n, err = renewScript.Run(ctx, l.r.c, []string{l.r.key}, l.token, l.r.lease.Milliseconds()).Int64()
-		}
-		cancel()
-		if err == nil && n == 0 {
-			return // lost: a correct renewal gives up
+		if !f() {
+			return
 		}
 	}
 }
@@ -235,14 +238,7 @@ func TestMutantsAreCaught(t *testing.T) {
 		return blindStore{s}, nil
 	}
 
-	type row struct{ name, scenario, want, lin string }
-	var table []row
-	for _, tc := range []struct {
-		name     string
-		cfg      suite.Config
-		scenario string
-		want     report.Verdict
-	}{
+	runMutants(t, []mutant{
 		{"grant without NX (SET PX)", own(unfenced, false, noRenew), suite.Baseline, report.Broken},
 		{"  twin: SET NX PX", own(unfenced, true, noRenew), suite.Baseline, report.Kept},
 		{"release without the ownership compare (DEL)", delMutant, suite.ReleaseAfterExpiry, report.Broken},
@@ -253,7 +249,25 @@ func TestMutantsAreCaught(t *testing.T) {
 		{"  twin: renewal by compare, stops when lost", own(unfenced, true, renewCompare), suite.ReleaseAfterExpiry, report.Kept},
 		{"fenced store that does not compare", blindMutant, suite.DeterministicPause, report.Broken},
 		{"lock that grants everyone (the control)", unfenced, suite.Control, report.Broken},
-	} {
+	})
+}
+
+// mutant is a lock or store broken on purpose (or its correct twin), the
+// scenario that must catch it, and the verdict every run must reach.
+type mutant struct {
+	name     string
+	cfg      suite.Config
+	scenario string
+	want     report.Verdict
+}
+
+// runMutants runs each mutant mutantRuns times and fails a run whose
+// verdict is not the one it wants; it logs the mutation table (mutant,
+// scenario, runs, caught, linearizability).
+func runMutants(t *testing.T, mutants []mutant) {
+	type row struct{ name, scenario, want, lin string }
+	var table []row
+	for _, tc := range mutants {
 		t.Run(strings.TrimSpace(tc.name), func(t *testing.T) {
 			lins := map[string]int{}
 			got := 0

@@ -44,7 +44,9 @@ func verb(text string) suite.Expectation {
 // Expect for that Config, which the spec's body asserts), and against
 // Config.ExpectLoss's documented meaning: without it, or fenced, every
 // spec but the control promises the invariant; with it, unfenced, none
-// promises what its run may not deliver.
+// promises what its run may not deliver, and for a lock unsafe by design
+// (Config.Unsafe) none promises the invariant (nor, in every Config, the
+// Locker's contract).
 func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 	mk := func(name string, fenced, loss bool, servers suite.Servers) suite.Config {
 		cfg := suite.NewConfig()
@@ -61,6 +63,9 @@ func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 		mk("plain-async", false, false, asyncServers{}),
 		mk("fenced", true, true, asyncServers{}),
 		renamed(mk("renamed", true, false, nil)),
+		unsafe(mk("unsafe", false, true, nil)),
+		unsafe(mk("unsafe-fenced", true, true, nil)),
+		unsafe(mk("unsafe-plain", true, false, nil)), // as the CLI runs fenced: ExpectLoss off
 	} {
 		cfgs[c.Name] = c
 		suite.GinkgoTest(&c)
@@ -101,9 +106,17 @@ func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 			if want != suite.Loses {
 				t.Errorf("%s: the control must assert a lost update", cfg.Name)
 			}
+		case sc.Name == suite.Contract && cfg.Unsafe != "":
+			if want != suite.Measures {
+				t.Errorf("%s, contract: a lock unsafe by design, in every Config, must measure its contract; it asserts %d", cfg.Name, want)
+			}
 		case cfg.Fenced || !cfg.ExpectLoss:
 			if want != suite.Keeps {
 				t.Errorf("%s, %s: fenced or without ExpectLoss, every scenario must keep the invariant; it asserts %d", cfg.Name, sc.Name, want)
+			}
+		case cfg.Unsafe != "":
+			if want == suite.Keeps {
+				t.Errorf("%s, %s: a lock unsafe by design, unfenced with ExpectLoss, must not be promised the invariant", cfg.Name, sc.Name)
 			}
 		}
 		if !strings.Contains(strings.Join(labels, ","), sc.Name) || (sc.Family != "" && !containsLabel(labels, sc.Family)) {
@@ -135,6 +148,13 @@ func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 // renamed is cfg on the service "redis", as suite/local's ConfigFor makes it.
 func renamed(cfg suite.Config) suite.Config {
 	cfg.Service = "redis"
+	return cfg
+}
+
+// unsafe is cfg for a lock that can grant twice with no fault (a session
+// lock through a transaction pooler).
+func unsafe(cfg suite.Config) suite.Config {
+	cfg.Unsafe = "a session lock through a transaction pooler"
 	return cfg
 }
 

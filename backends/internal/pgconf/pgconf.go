@@ -20,14 +20,15 @@ import (
 
 // Parse returns the settings of package pkg's sessions: connString (over
 // libpq's PG* variables) with every connection made by dial (if not nil),
-// sent to addr (if not empty) instead of the connection string's host, a 3 s
-// connect timeout unless the string sets one, and the server setting
-// timeout (idle_session_timeout, idle_in_transaction_session_timeout) at
-// lease in whole milliseconds.
+// sent to addr (if not empty) instead of the connection string's host, and
+// a 3 s connect timeout unless the string sets one. The lease's server
+// setting is not among them: it is sent in the statements that take the
+// lock (Set), so that it reaches the server through a connection pooler,
+// which passes no such startup parameter on (PgBouncer refuses it).
 //
 // With addr, sslmode's attempts (prefer: TLS, then plain) all go to addr,
 // and verify-full still checks the connection string's host name.
-func Parse(pkg, connString, addr string, dial func(ctx context.Context, network, address string) (net.Conn, error), timeout string, lease time.Duration) (*pgx.ConnConfig, error) {
+func Parse(pkg, connString, addr string, dial func(ctx context.Context, network, address string) (net.Conn, error)) (*pgx.ConnConfig, error) {
 	cc, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("%s: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", pkg, err)
@@ -60,9 +61,19 @@ func Parse(pkg, connString, addr string, dial func(ctx context.Context, network,
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = 3 * time.Second
 	}
-	cc.RuntimeParams[timeout] = strconv.FormatInt(lease.Milliseconds(), 10)
 	cc.RuntimeParams["application_name"] = "locksuite"
 	return cc, nil
+}
+
+// Set is the statement that sets the server setting (idle_session_timeout,
+// idle_in_transaction_session_timeout) to lease in whole milliseconds: for
+// the session, or with local for the current transaction only (SET LOCAL).
+func Set(setting string, lease time.Duration, local bool) string {
+	scope := ""
+	if local {
+		scope = "LOCAL "
+	}
+	return fmt.Sprintf("SET %s%s = %d", scope, setting, lease.Milliseconds())
 }
 
 // Key hashes a lock's name (FNV-64a) to an advisory lock's bigint key.

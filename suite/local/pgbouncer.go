@@ -1,0 +1,87 @@
+package local
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/suite"
+)
+
+// PgBouncer in front of Postgres: the two Postgres locks through a
+// connection pooler, in each pool mode (issue 26). Each service is a
+// pgbouncer of its own in front of a throwaway Postgres of its own
+// (servers.StartPgBouncer), or the pooler its variable names.
+var (
+	pgbouncerService        = poolerService("pgbouncer", servers.PoolTransaction, "LOCKSUITE_PGBOUNCER_URL")
+	pgbouncerSessionService = poolerService("pgbouncer-session", servers.PoolSession, "LOCKSUITE_PGBOUNCER_SESSION_URL")
+)
+
+// txnPoolerUnsafe is why the session lock through a transaction pooler can
+// grant twice with no fault (suite.Config.Unsafe).
+const txnPoolerUnsafe = "a session advisory lock through PgBouncer in transaction pooling: each statement may run on another server connection, so the unlock can miss the connection that holds the lock, and a client whose statement runs there is granted the same lock at once (advisory locks are re-entrant per session)"
+
+var pgbouncerBackends = []backend{
+	{name: "postgres-pgbouncer", kind: pooler, on: pgbouncerService, modules: []string{pgxModule}, newLocker: newPostgres,
+		tune: func(cfg *suite.Config) { cfg.Unsafe = txnPoolerUnsafe }},
+	{name: "pg-xact-pgbouncer", kind: pooler, on: pgbouncerService, modules: []string{pgxModule}, newLocker: newPgXact},
+	{name: "postgres-pgbouncer-session", kind: pooler, on: pgbouncerSessionService, modules: []string{pgxModule}, newLocker: newPostgres},
+	{name: "pg-xact-pgbouncer-session", kind: pooler, on: pgbouncerSessionService, modules: []string{pgxModule}, newLocker: newPgXact},
+}
+
+// poolerService is PgBouncer in mode in front of its own Postgres, or the
+// pooler v names: the lock's sizes and checks are Postgres's.
+func poolerService(name string, mode servers.PoolMode, v string) *service {
+	return &service{
+		name: name, title: "PgBouncer (" + string(mode) + " pooling)",
+		server: "pgbouncer (pool_mode=" + string(mode) + ") in front of its own initdb and postgres",
+		lease:  postgresService.lease, pause: postgresService.pause, duration: postgresService.duration,
+		vars:    []string{v},
+		fromEnv: func() (*conn, error) { return poolerFromEnv(v) },
+		start: func(ctx context.Context, _ ...servers.Option) (servers.Server, error) {
+			return servers.StartPgBouncer(ctx, mode)
+		},
+		probe:      probePostgres,
+		diagnose:   diagnosePostgres,
+		hostPortOf: pgHostPort,
+		startTLS:   true,
+		servers:    poolerServers,
+		version:    func() string { return binVersion(nil, "pgbouncer", "/usr/sbin/pgbouncer") },
+		noCompose:  "the harness starts PgBouncer with a Postgres of its own; a pooler of the user's is named by " + v,
+	}
+}
+
+// poolerFromEnv reads v, a postgres:// URL or DSN of the user's pooler (in
+// the mode its service says), and adds pgx's
+// default_query_exec_mode=simple_protocol to a URL that sets no mode:
+// PgBouncer before 1.21 keeps no prepared statement across the server
+// connections of transaction pooling.
+func poolerFromEnv(v string) (*conn, error) {
+	ep := os.Getenv(v)
+	if ep == "" {
+		return nil, nil
+	}
+	pc, err := pgconn.ParseConfig(ep)
+	if err != nil {
+		return nil, &servers.Unavailable{Backend: v, Err: err, Fix: "check " + v + " (postgres://user:password@host:port/db?sslmode=...)"}
+	}
+	if u, err := url.Parse(ep); err == nil && u.Scheme != "" && !strings.Contains(ep, "default_query_exec_mode=") {
+		q := u.Query()
+		q.Set("default_query_exec_mode", "simple_protocol")
+		u.RawQuery = q.Encode()
+		ep = u.String()
+	}
+	return &conn{endpoint: ep, secrets: []string{pc.Password}}, nil
+}
+
+// poolerServers: the Postgres behind the pooler the harness started is
+// the one member (the lock's state is there: a server fault stops it); the
+// pooler answers the health check.
+func poolerServers(sv *service, s servers.Server) suite.Servers {
+	pg := s.(*servers.PgBouncer).Postgres()
+	return &serverMembers{svc: sv, s: s, members: []suite.Member{&member{name: "postgres", proc: pg.Members()[0], jump: unsupported(noClockPostgres)}}}
+}
