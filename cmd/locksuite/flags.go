@@ -69,10 +69,8 @@ func parseList(flagName, v string, allowed []string) ([]string, error) {
 	return out, nil
 }
 
-// parseBackends parses --backends: names from local.Names,
-// local.Libraries, local.Clusters, local.WhenNamed, local.Variants and
-// local.Poolers; "all" is every name
-// of local.Names, "libraries" every one of local.Libraries.
+// parseBackends parses --backends: names from local.Backends; "all" is
+// every name of local.Names, "libraries" every one of local.Libraries.
 func parseBackends(v string) ([]string, error) {
 	var parts []string
 	for _, s := range strings.Split(v, ",") {
@@ -85,7 +83,7 @@ func parseBackends(v string) ([]string, error) {
 			parts = append(parts, s)
 		}
 	}
-	allowed := slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed, local.Variants, local.Poolers)
+	allowed := local.Backends()
 	return parseList("backends", strings.Join(parts, ","), allowed)
 }
 

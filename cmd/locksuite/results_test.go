@@ -69,7 +69,7 @@ func TestEnvironmentCoversTheTable(t *testing.T) {
 		}
 	}
 	servers := 0
-	for _, kv := range environment(slices.Concat(local.Names, local.Libraries, local.Clusters, local.WhenNamed, local.Variants, local.Poolers)) {
+	for _, kv := range environment(local.Backends()) {
 		if strings.HasSuffix(kv[0], " server") {
 			servers++
 			t.Logf("%s: %s", kv[0], kv[1])

@@ -189,6 +189,16 @@ func serviceOf(n string) (*service, bool) {
 func services() []*service { return table.services }
 
 // namesOf lists the backends of kind k that "all" or "libraries" start.
+// Backends is every backend's name, in the table's order: those of Names,
+// Libraries, Clusters, WhenNamed, Variants and Poolers, each once.
+func Backends() []string {
+	var out []string
+	for _, b := range table.backends {
+		out = append(out, b.name)
+	}
+	return out
+}
+
 func namesOf(k kind) []string {
 	var out []string
 	for _, b := range table.backends {
