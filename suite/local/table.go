@@ -189,14 +189,10 @@ func serviceOf(n string) (*service, bool) {
 func services() []*service { return table.services }
 
 // namesOf lists the backends of kind k that "all" or "libraries" start.
-// Backends is every backend's name, in the table's order: those of Names,
-// Libraries, Clusters, WhenNamed, Variants and Poolers, each once.
+// Backends is every backend's name, each once: those of Names, Libraries,
+// Clusters, WhenNamed, Variants and Poolers, in that order.
 func Backends() []string {
-	var out []string
-	for _, b := range table.backends {
-		out = append(out, b.name)
-	}
-	return out
+	return slices.Concat(Names, Libraries, Clusters, WhenNamed, Variants, Poolers)
 }
 
 func namesOf(k kind) []string {
