@@ -32,6 +32,13 @@ func ConsulCachePath() string { return buildCachePath("consul-" + ConsulVersion)
 
 // findBinary finds a server binary that ci/setup.sh builds: $env if set,
 // then cached (the build cache's path, "" for none), then bin in PATH.
+// consulConnsPerClient is the harness's Consul servers' cap on concurrent
+// HTTP connections from one client address (limits.http_max_conns_per_client,
+// default 200): every client of the harness comes from one address
+// (127.0.0.1, or a node's), and concurrent runs or a bench of 64 clients with
+// long-polling waiters went past 200 and were answered 429.
+const consulConnsPerClient = 4096
+
 func findBinary(env, cached, bin string) (string, error) {
 	if p := os.Getenv(env); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -152,7 +159,10 @@ ports {
 session_ttl_min = "100ms"
 disable_update_check = true
 log_level = "warn"
-`, api, ports[1], ports[2], ports[3]) + extra
+limits {
+  http_max_conns_per_client = %d
+}
+`, api, ports[1], ports[2], ports[3], consulConnsPerClient) + extra
 	argv := []string{bin, "agent", "-dev", "-node", "locksuite", "-config-file", filepath.Join(dir, "locksuite.hcl")}
 	if o.crash {
 		if s.data, err = newDataDir(dir, "data", o.lazy, nil); err != nil {

@@ -99,7 +99,10 @@ performance {
 }
 disable_update_check = true
 log_level = "warn"
-`, name, n, data.path, ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "), h.host(i))
+limits {
+  http_max_conns_per_client = %[10]d
+}
+`, name, n, data.path, ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "), h.host(i), consulConnsPerClient)
 		cf := filepath.Join(mdir, "locksuite.hcl")
 		if err := os.WriteFile(cf, []byte(hcl), 0o600); err != nil {
 			s.Stop()
