@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
@@ -28,18 +27,19 @@ type lockService struct {
 type memLocker struct {
 	svc    *lockService
 	lease  time.Duration
-	closed atomic.Bool
+	closed bool // guarded by svc.mu
 }
 
 // Acquire takes the lock when it is free or its lease ran out, with the
 // next fencing token; otherwise it waits and tries again.
 func (l *memLocker) Acquire(ctx context.Context) (backends.Lease, error) {
 	for {
-		if l.closed.Load() {
-			return nil, fmt.Errorf("acquire: %w", backends.ErrClosed)
-		}
 		s := l.svc
 		s.mu.Lock()
+		if l.closed {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("acquire: %w", backends.ErrClosed)
+		}
 		if s.holder == 0 || !s.now.Before(s.until) {
 			s.fence++
 			s.holder, s.until = s.fence, s.now.Add(l.lease)
@@ -59,7 +59,9 @@ func (l *memLocker) Acquire(ctx context.Context) (backends.Lease, error) {
 // Close may be called more than once; Acquire after it fails with
 // ErrClosed.
 func (l *memLocker) Close() error {
-	l.closed.Store(true)
+	l.svc.mu.Lock()
+	defer l.svc.mu.Unlock()
+	l.closed = true
 	return nil
 }
 
