@@ -318,7 +318,7 @@ func readRows(t *testing.T, path string) []report.Row {
 }
 
 // TestKitRowFields: the row's fields that ci/README.md lists, and those
-// README.md lists for --json, are report.Row's JSON fields, all of them.
+// docs/cli.md lists for --json, are report.Row's JSON fields, all of them.
 func TestKitRowFields(t *testing.T) {
 	var want []string
 	rt := reflect.TypeFor[report.Row]()
@@ -330,7 +330,7 @@ func TestKitRowFields(t *testing.T) {
 	slices.Sort(want)
 	for _, c := range []struct{ file, from, to string }{
 		{"README.md", "Its fields (`report.Row`", "(`TestKitRowFields`"},
-		{"../README.md", "writes the rows as a JSON array of objects with the fields", "`--markdown` writes"},
+		{"../docs/cli.md", "writes the rows as a JSON array of objects with the fields", "`--markdown` writes"},
 	} {
 		b, err := os.ReadFile(c.file)
 		if err != nil {

@@ -18,8 +18,9 @@ import (
 	"github.com/locksuite/locksuite/harness/servers"
 )
 
-// A Go snippet of a README: a fenced ```go block, and what it is, from the
-// HTML comment on the line before it (invisible once rendered):
+// A Go snippet of the documentation: a fenced ```go block, and what it
+// is, from the HTML comment on the line before it (invisible once
+// rendered):
 //
 //   - no comment, and the block starts with "package": a whole file, built
 //     (go vet) in a consumer module outside the repository, whose replace
@@ -34,7 +35,7 @@ import (
 //     that a test compiles (ci/example's): every line of the block but
 //     "// ..." must be in PATH, in order (spaces aside).
 type snippet struct {
-	where string // README.md:LINE
+	where string // FILE:LINE, FILE relative to the repository root
 	mark  string // the comment's text after "snippet:", "" without
 	code  string
 }
@@ -120,16 +121,17 @@ func fragmentFile(dir string, s snippet, elementOf string) string {
 	return b.String()
 }
 
-// TestSnippets builds every Go snippet of README.md and ci/README.md, as
-// its mark says (see snippet), and fails on a ```go block that is neither
-// a whole file nor marked.
+// TestSnippets builds every Go snippet of the documentation (README.md,
+// ci/README.md and the pages under docs/: docFiles), as its mark says (see
+// snippet), runs the whole files that have a Test function, and fails on a
+// ```go block that is neither a whole file nor marked.
 func TestSnippets(t *testing.T) {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var all []snippet
-	for _, f := range []string{"README.md", "ci/README.md"} {
+	for _, f := range docFiles(t) {
 		all = append(all, snippets(t, f)...)
 	}
 	if len(all) == 0 {
@@ -155,7 +157,7 @@ func TestSnippets(t *testing.T) {
 			if err := os.WriteFile(src, []byte(fragmentFile(dir, s, elem)), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			overlay[filepath.Join(root, dir, fmt.Sprintf("zz_readme_snippet%d.go", i))] = src
+			overlay[filepath.Join(root, dir, fmt.Sprintf("zz_doc_snippet%d.go", i))] = src
 			if p := "./" + dir; !slices.Contains(pkgs, p) {
 				pkgs = append(pkgs, p)
 			}
@@ -256,7 +258,8 @@ func runSnippet(t *testing.T, dir, fn string, env []string) {
 	}
 }
 
-// lineDirective makes the compiler's messages name the README's lines.
+// lineDirective makes the compiler's messages name the documentation's
+// lines.
 func lineDirective(s snippet) string {
 	file, line, _ := strings.Cut(s.where, ":")
 	n, _ := strconv.Atoi(line)

@@ -108,9 +108,9 @@ type Config struct {
 	// NewConfig's, for a Config you build yourself. A Config from
 	// suite/local (Env.Config, Env.ConfigFor) carries its service's own
 	// instead, shorter where the server allows (redis: lease 200ms, chaos
-	// pauses of 500ms): local.Defaults gives them, README's "A lock on a
-	// service the suite runs" lists them, and Test prints the sizes each
-	// Config runs with (Sizes) before the specs.
+	// pauses of 500ms): local.Defaults gives them, docs/your-lock.md ("Which
+	// sizes apply") lists them, and Test prints the sizes each Config runs
+	// with (Sizes) before the specs.
 	Lease time.Duration
 	// Endpoint, if set, is passed to NewLocker as Client.Endpoint: where
 	// the lock service is, with its credentials and TLS settings.
@@ -128,11 +128,11 @@ type Config struct {
 	// fails), since asserting a loss would fail runs in which the lock did
 	// nothing wrong; the rest still assert the invariant ("keeps …", "does
 	// not …"). Each scenario's row in the table says which it is (its
-	// Expect; Scenarios lists the rows), and README's table of the
-	// scenarios names them. The control always asserts a lost update.
-	// Default false, and ignored when Fenced: every scenario but the
-	// control then asserts the invariant. Read when GinkgoTest registers the
-	// specs: it decides their text.
+	// Expect; Scenarios lists the rows), and the table of what a spec
+	// asserts in docs/scenarios.md names them. The control always asserts
+	// a lost update. Default false, and ignored when Fenced: every scenario
+	// but the control then asserts the invariant. Read when GinkgoTest
+	// registers the specs: it decides their text.
 	ExpectLoss bool
 	// Unsafe, if not empty, says why this lock, in the setting it runs in,
 	// can let a second holder in with no fault at all: a Postgres session

@@ -2,7 +2,10 @@ package suite_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -45,4 +48,47 @@ func ExampleGinkgoTest() {
 	cfg.Name = "my-lock"
 	// cfg.NewLocker and cfg.NewStore as in the Test example.
 	suite.GinkgoTest(&cfg)
+}
+
+// NewConfig gives the documented defaults; a lock library sets its name,
+// its Locker and its counter store, and the sizes its lock needs (a lease
+// at or above its service's floor). Validate names the first field that
+// is missing or wrong, and the fix; Sizes says what the Config runs with.
+func ExampleNewConfig() {
+	cfg := suite.NewConfig()
+	cfg.Name = "my-lock"
+	fmt.Println(cfg.Validate())
+
+	cfg.NewLocker = func(ctx context.Context, c suite.Client) (backends.Locker, error) {
+		return redis.New(redis.Config{Addr: "127.0.0.1:6379", Dial: c.Dial, Key: c.Key, Lease: c.Lease})
+	}
+	cfg.NewStore = func(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
+		return nil, errors.New("give pgstore.New or etcdstore.New here")
+	}
+	cfg.Lease = 200 * time.Millisecond
+	fmt.Println(cfg.Validate())
+	fmt.Println(cfg.Sizes())
+	// Output:
+	// suite: my-lock: Config.NewLocker is nil: give a function that makes one client's Locker
+	// <nil>
+	// lease 200ms; baseline and control: 3 clients for 2s, work 20ms; chaos: 3 workers for 10s, 6 pauses of 800ms every 700ms, every 20th section stalls, long lease 2s
+}
+
+// Execute runs Configs as one Ginkgo suite and returns their rows, for a
+// program or a test that reads the verdicts itself (the locksuite CLI
+// does); Test is Execute plus the failures of a *testing.T.
+func ExampleExecute() {
+	var t *testing.T // the *testing.T of your TestXxx function
+	cfg := suite.NewConfig()
+	cfg.Name = "my-lock"
+	// cfg.NewLocker and cfg.NewStore as in the Test example.
+	res := suite.Execute(t, suite.Options{Scenarios: []string{"baseline", "deterministic-pause"}}, cfg)
+	for _, why := range res.Unregistered {
+		fmt.Println(why)
+	}
+	for _, r := range res.Rows {
+		// r.Verdict: kept, broken, unknown or skipped; r.Expected: what
+		// the scenario's table says this configuration should give.
+		fmt.Printf("%s fenced=%v %s: %s (%d lost of %d writes)\n", r.Backend, r.Fencing, r.Scenario, r.Verdict, r.Lost, r.Writes)
+	}
 }

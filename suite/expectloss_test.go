@@ -72,11 +72,11 @@ func checkSegments(t *testing.T, where string, seg map[Expectation]string) {
 	}
 }
 
-// TestExpectLossDocumented: README's table of what a spec asserts names
-// each scenario where the table's rows put it (Config.ExpectLoss's doc
-// points there instead of repeating it).
+// TestExpectLossDocumented: docs/scenarios.md's table of what a spec
+// asserts names each scenario where the table's rows put it
+// (Config.ExpectLoss's doc points there instead of repeating it).
 func TestExpectLossDocumented(t *testing.T) {
-	md, err := os.ReadFile("../README.md")
+	md, err := os.ReadFile("../docs/scenarios.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestExpectLossDocumented(t *testing.T) {
 		}
 	}
 	if row == "" {
-		t.Fatal("README.md: no row \"| unfenced with `ExpectLoss` |\"")
+		t.Fatal("docs/scenarios.md: no row \"| unfenced with `ExpectLoss` |\"")
 	}
-	checkSegments(t, "README.md", segments(t, "README.md", row, [3]string{"loses:", "Measures:", "Keeps:"}))
+	checkSegments(t, "docs/scenarios.md", segments(t, "docs/scenarios.md", row, [3]string{"loses:", "Measures:", "Keeps:"}))
 }

@@ -55,8 +55,8 @@ func TestExclusiveAndFenced(t *testing.T) {
 // it lost the lease, a waiting client takes the Lease no sooner than TTL
 // after the holder's last renewal, and the holder's late Release, once its
 // path is thawed, leaves the new holder's Lease alone. Ten rounds; the time
-// from the last renewal to the takeover is logged (the expiry the README
-// reports).
+// from the last renewal to the takeover is logged (the expiry
+// docs/services/kubernetes.md reports).
 func TestStalledHolder(t *testing.T) {
 	s := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

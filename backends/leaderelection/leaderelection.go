@@ -14,7 +14,8 @@
 // client-go decides expiry by the candidate's own clock: a candidate takes
 // the Lease once LeaseDuration has passed since it first saw the current
 // record. What client-go 0.37.2 does with that, measured against a real
-// kube-apiserver (this package's tests; the README has the figures):
+// kube-apiserver (this package's tests; docs/services/kubernetes.md has
+// the figures):
 //
 //   - A candidate notices a renewal by comparing the record as JSON, where
 //     renewTime has whole seconds: renewals within one second look alike,

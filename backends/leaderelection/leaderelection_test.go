@@ -58,7 +58,7 @@ func stall(t *testing.T, ctx context.Context, s servers.Kube, name string, ttl, 
 
 // TestStalledLeader freezes the leader's path to the API server while a
 // second elector waits, and checks what client-go 0.37.2 does, as measured
-// here (the README's figures, logged):
+// here (docs/services/kubernetes.md's figures, logged):
 //
 //   - The waiting elector leads no sooner than LeaseDuration − 1 s after the
 //     leader's last renewal, not LeaseDuration: client-go notices a change
@@ -118,7 +118,7 @@ func TestStalledLeader(t *testing.T) {
 // conditioned on the new holder's resourceVersion, succeeds: it clears the
 // new holder's Lease (holderIdentity ""), and a third elector could lead at
 // once beside it. If this test fails, client-go no longer does that: the
-// README's leader-election rows must change.
+// leader-election rows of docs/services/kubernetes.md must change.
 func TestLateReleaseClearsNextHolder(t *testing.T) {
 	s := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

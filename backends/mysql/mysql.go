@@ -192,7 +192,8 @@ func (l *locker) TTL() time.Duration { return l.lease }
 // wait_timeout after it has answered the session's last command, which is
 // a round trip and a thread wake-up after the client sent it (MariaDB
 // 10.11, a 1 s lease, ten frozen holders: the lock was free 1.002 s to
-// 1.011 s after the holder's last command was sent; see the README).
+// 1.011 s after the holder's last command was sent; see
+// docs/services/mysql.md).
 func (l *locker) Expiry() time.Duration { return l.lease + expiryMargin }
 
 // expiryMargin covers the round trip and the server's scheduling, ten

@@ -161,7 +161,8 @@ func TestExclusive(t *testing.T) {
 // the lock, not before A's session could have expired; B's fence is above
 // A's; A's Lost has fired once it runs again; A's late Release leaves B's
 // znode alone. Ten runs: the freeze-to-grant times are the expiry floor
-// the README reports (three for zk-lock, whose session is the same).
+// docs/services/zookeeper.md reports (three for zk-lock, whose session is
+// the same).
 func TestStalledHolder(t *testing.T) {
 	forEach(t, func(t *testing.T, _ context.Context, k kind) {
 		runs := 10

@@ -70,8 +70,8 @@ func TestClusterFailover(t *testing.T) {
 				// The holder's renewals must reach the new leader within
 				// its expiry: 400 ms for Consul's default 200 ms TTL, which
 				// a loaded CI machine can miss. Longer leases keep this
-				// test about leader loss (the README's figures use the
-				// defaults).
+				// test about leader loss (docs/clusters.md's figures use
+				// the defaults).
 				cfg.Lease = 2 * cfg.Lease
 				if tc.backend == "consul-cluster" {
 					cfg.Lease = time.Second

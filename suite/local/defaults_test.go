@@ -7,18 +7,18 @@ import (
 	"testing"
 )
 
-// TestDefaultsDocumented: README's table of the sizes a service's Config
-// gets is Defaults', row by row, and has a row for every service of the
-// table.
+// TestDefaultsDocumented: docs/your-lock.md's table of the sizes a
+// service's Config gets is Defaults', row by row, and has a row for every
+// service of the table.
 func TestDefaultsDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/your-lock.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
 	i := strings.Index(s, "| service | lease | chaos pause | pauses | interval | chaos duration | stall every |")
 	if i < 0 {
-		t.Fatal("README.md: no table of the services' sizes")
+		t.Fatal("docs/your-lock.md: no table of the services' sizes")
 	}
 	seen := map[string]bool{}
 	for _, l := range strings.Split(s[i:], "\n")[2:] {
@@ -31,18 +31,18 @@ func TestDefaultsDocumented(t *testing.T) {
 			seen[n] = true
 			c, err := Defaults(n)
 			if err != nil {
-				t.Errorf("README.md: %s: %v", n, err)
+				t.Errorf("docs/your-lock.md: %s: %v", n, err)
 				continue
 			}
 			want := fmt.Sprintf("%v | %v | %d | %v | %v | %d", c.Lease, c.Chaos.Pause, c.Chaos.Pauses, c.Chaos.Interval, c.Chaos.Duration, c.Chaos.StallEvery)
 			if got := strings.Join(cells[1:], " | "); got != want {
-				t.Errorf("README.md: %s: %s, Defaults: %s", n, got, want)
+				t.Errorf("docs/your-lock.md: %s: %s, Defaults: %s", n, got, want)
 			}
 		}
 	}
 	for _, s := range services() {
 		if !seen[s.name] {
-			t.Errorf("README.md's table of sizes has no row for %s", s.name)
+			t.Errorf("docs/your-lock.md's table of sizes has no row for %s", s.name)
 		}
 	}
 }

@@ -15,10 +15,11 @@ import (
 
 // TestDocsNameTheTable: the hand-written lists agree with the table. This
 // package's doc names every service's variable; the docs of Names,
-// Libraries, Clusters, WhenNamed, Variants and Poolers name each of their backends; README's
-// table of variables ("Your own servers") names every service's variable
-// and no variable the suite does not read; README's list of services names
-// every service; backends' package doc names every backend package.
+// Libraries, Clusters, WhenNamed, Variants and Poolers name each of their
+// backends; docs/servers.md's table of variables ("Your own servers")
+// names every service's variable and no variable the suite does not read;
+// docs/your-lock.md's list of services names every service; backends'
+// package doc names every backend package.
 func TestDocsNameTheTable(t *testing.T) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "local.go", nil, parser.ParseComments)
@@ -55,18 +56,18 @@ func TestDocsNameTheTable(t *testing.T) {
 		t.Errorf("no doc comment found for %s in local.go", name)
 	}
 
-	readme, err := os.ReadFile("../../README.md")
+	serversMD, err := os.ReadFile("../../docs/servers.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	vars := section(t, string(readme), "## Your own servers", "\nEverything the suite makes")
+	vars := section(t, "docs/servers.md", string(serversMD), "## Your own servers", "\nEverything the suite makes")
 	known := map[string]bool{"LOCKSUITE_CONSUL": true} // binaries the harness starts
 	for _, c := range servers.KubeComponents {
 		known[servers.KubeBinaryEnv(c)] = true
 	}
 	for _, s := range services() {
 		if !strings.Contains(vars, "`"+s.vars[0]+"`") {
-			t.Errorf("README.md's table of variables does not name %s, the variable of %s", s.vars[0], s.name)
+			t.Errorf("docs/servers.md's table of variables does not name %s, the variable of %s", s.vars[0], s.name)
 		}
 		for _, v := range slices.Concat(s.vars, s.shared) {
 			known[v] = true
@@ -79,14 +80,18 @@ func TestDocsNameTheTable(t *testing.T) {
 		first := strings.Split(row, " | ")[0] // the variables' column
 		for _, m := range regexp.MustCompile("`([A-Z][A-Z0-9_]+)`").FindAllStringSubmatch(first, -1) {
 			if !known[m[1]] {
-				t.Errorf("README.md's table of variables names %s, which the suite does not read", m[1])
+				t.Errorf("docs/servers.md's table of variables names %s, which the suite does not read", m[1])
 			}
 		}
 	}
-	svcs := section(t, string(readme), "The services are ", "\n\n")
+	yourLock, err := os.ReadFile("../../docs/your-lock.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs := section(t, "docs/your-lock.md", string(yourLock), "The services are ", "\n\n")
 	for _, s := range services() {
 		if !strings.Contains(svcs, "`"+s.name+"`") {
-			t.Errorf("README.md's list of services (%q) does not name %s", svcs, s.name)
+			t.Errorf("docs/your-lock.md's list of services (%q) does not name %s", svcs, s.name)
 		}
 	}
 
@@ -111,12 +116,13 @@ func hasWord(text, w string) bool {
 	return regexp.MustCompile(`(^|[^\w-])` + regexp.QuoteMeta(w) + `($|[^\w-])`).MatchString(text)
 }
 
-// section is the text of s from the first start up to the next end.
-func section(t *testing.T, s, start, end string) string {
+// section is the text of s, the file named file, from the first start up
+// to the next end.
+func section(t *testing.T, file, s, start, end string) string {
 	t.Helper()
 	i := strings.Index(s, start)
 	if i < 0 {
-		t.Fatalf("README.md: no %q", start)
+		t.Fatalf("%s: no %q", file, start)
 	}
 	s = s[i:]
 	if j := strings.Index(s[len(start):], end); j >= 0 {

@@ -15,8 +15,8 @@ import (
 
 // noAlarmRuns is how many fault-free runs TestNoFalseAlarms makes per
 // backend and fencing mode. The test proves the behaviour; the repeated
-// measurement (hundreds of runs) is the CLI's, with its figures in the
-// README ("No false alarms").
+// measurement (hundreds of runs) is the CLI's, with its figures in
+// docs/checker.md ("No false alarms").
 const noAlarmRuns = 3
 
 // TestNoFalseAlarms: fault-free baselines (3 clients, 400 ms each, 5 ms of

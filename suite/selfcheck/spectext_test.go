@@ -123,8 +123,8 @@ func TestSpecTextsSayWhatTheyAssert(t *testing.T) {
 			t.Errorf("%s, %s: labels %v lack the scenario or its family", cfg.Name, sc.Name, labels)
 		}
 	}
-	// A Config's Service is a label: README's filter by service selects the
-	// renamed Config's fenced specs.
+	// A Config's Service is a label: docs/your-lock.md's filter by service
+	// selects the renamed Config's fenced specs.
 	filter, err := types.ParseLabelFilter("redis && fenced")
 	if err != nil {
 		t.Fatal(err)
