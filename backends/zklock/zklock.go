@@ -19,8 +19,11 @@
 // library leaves its znode behind when Lock fails after creating it (a
 // connection lost while it waits): that znode stays in the queue, ahead of
 // the client's next try, for as long as the session lives. So after a
-// failed Lock this adapter ends the session (the server deletes the znode)
-// and opens a new one for the next attempt, as a careful user would.
+// failed Lock, abandoned or not, this adapter ends the session (the server
+// deletes the znode) and opens a new one for the next attempt, as a careful
+// user would. (A lease granted in that session meanwhile is lost with it:
+// its Lost fires.) Release returns when its ctx is done, even while Unlock
+// waits for the library (zksession.Call).
 package zklock
 
 import (
@@ -77,6 +80,10 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			go func() {
 				if <-done == nil {
 					_ = lk.Unlock()
+				} else if !l.Closed() {
+					// The failed Lock may have left its znode (see the
+					// package doc).
+					l.Drop(s)
 				}
 			}()
 			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.Path, ctx.Err())
