@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 
@@ -91,8 +92,13 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if err == nil {
 			// Release is Lock.Unlock: it deletes the lock's znode by its
 			// path (version -1, but a sequence znode's path is never
-			// reused, so it cannot delete another grant's).
+			// reused, so it cannot delete another grant's). One at a
+			// time: a Release that returned with its ctx leaves its
+			// Unlock running, and zk.Lock is not safe for concurrent use.
+			var mu sync.Mutex
 			unlock := func() error {
+				mu.Lock()
+				defer mu.Unlock()
 				if err := lk.Unlock(); !errors.Is(err, zk.ErrNotLocked) {
 					return err
 				}
