@@ -19,14 +19,18 @@
 // library leaves its znode behind when Lock fails after creating it (a
 // connection lost while it waits): that znode stays in the queue, ahead of
 // the client's next try, for as long as the session lives. So after a
-// failed Lock this adapter ends the session (the server deletes the znode)
-// and opens a new one for the next attempt, as a careful user would.
+// failed Lock, abandoned or not, this adapter ends the session (the server
+// deletes the znode) and opens a new one for the next attempt, as a careful
+// user would. (A lease granted in that session meanwhile is lost with it:
+// its Lost fires.) Release returns when its ctx is done, even while Unlock
+// waits for the library (zksession.Call).
 package zklock
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 
@@ -77,6 +81,10 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			go func() {
 				if <-done == nil {
 					_ = lk.Unlock()
+				} else if !l.Closed() {
+					// The failed Lock may have left its znode (see the
+					// package doc).
+					l.Drop(s)
 				}
 			}()
 			return nil, fmt.Errorf("zk-lock: acquire %s: %w", l.Path, ctx.Err())
@@ -84,8 +92,13 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if err == nil {
 			// Release is Lock.Unlock: it deletes the lock's znode by its
 			// path (version -1, but a sequence znode's path is never
-			// reused, so it cannot delete another grant's).
+			// reused, so it cannot delete another grant's). One at a
+			// time: a Release that returned with its ctx leaves its
+			// Unlock running, and zk.Lock is not safe for concurrent use.
+			var mu sync.Mutex
 			unlock := func() error {
+				mu.Lock()
+				defer mu.Unlock()
 				if err := lk.Unlock(); !errors.Is(err, zk.ErrNotLocked) {
 					return err
 				}

@@ -95,11 +95,19 @@ func New(cfg Config) (backends.Locker, error) {
 // znode and its empty parents) are zksession.Lock's.
 
 // Acquire follows the recipe until this client holds the lock or ctx is
-// done. It creates its sequence znode with go-zookeeper's
-// CreateProtectedEphemeralSequential (a GUID in the name, so that a create
-// whose answer was lost in a reconnection is found again, not left behind
-// to block the queue). If the session expires while it waits, its znode is
-// gone: it creates a new one, at the back of the queue.
+// done, and returns when ctx is done whatever the client library is doing
+// (its requests take no context: one waits in its queue while it
+// reconnects; see zksession.Call). Its sequence znode is protected, as in
+// the recipe: a GUID of this Acquire's own in its name, so that the
+// client finds it among the lock's children after a create whose answer
+// was lost (a reconnection, or ctx done while the create waited) and
+// neither leaves it behind to block the queue nor takes another's for its
+// own. If the session expires while it waits, its znode is gone: it
+// creates a new one, at the back of the queue. When Acquire fails, its
+// znode (one it made, or one a create it abandoned may still make) is
+// deleted in the background, while the session lives (see
+// zksession.Protected.Remove): until then it keeps its place in the
+// queue, and the lock goes to no one while it is first.
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	s, err := l.Open(ctx)
 	if err != nil {
@@ -123,14 +131,19 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		}
 		return nil
 	}
-	mine := ""
+	node, err := s.NewProtected(l.Path, prefix, l.ACL)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	granted := false
 	// On failure, the znode goes: a waiter that gave up must not hold the
 	// lock later.
 	defer func() {
-		if mine != "" {
-			_ = s.Conn.Delete(mine, -1)
+		if !granted {
+			node.Remove()
 		}
 	}()
+	created := false // a create may have made the znode
 	for {
 		if l.Closed() {
 			return nil, backends.ErrClosed
@@ -138,23 +151,38 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if ctx.Err() != nil {
 			return nil, wrap(ctx.Err())
 		}
-		if mine == "" {
-			mine, err = l.create(s)
-			if err != nil {
+		if !created {
+			created = true
+			if err := l.create(ctx, s, node); err != nil {
 				if err := retry(err); err != nil {
 					return nil, err
 				}
 				continue
 			}
 		}
-		// After a failed request the znode is kept: the next Children
-		// tells whether it still exists (forgetting it while the session
-		// lives would leave it in the queue, ahead of its own client).
-		children, _, err := s.Conn.Children(l.Path)
+		// After a failed request the znode is looked for again: the
+		// Children that follows tells whether it exists (forgetting it
+		// while the session lives would leave it in the queue, ahead of
+		// its own client).
+		children, err := zksession.Call(ctx, func() ([]string, error) {
+			c, _, err := s.Conn.Children(l.Path)
+			return c, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			created = false // the lock's znode is not there yet
+			continue
+		}
 		if err != nil {
 			if err := retry(err); err != nil {
 				return nil, err
 			}
+			continue
+		}
+		mine := node.Find(children)
+		if mine == "" {
+			// Our create did not happen, or the session expired while we
+			// waited and took the znode with it.
+			created = false
 			continue
 		}
 		sort.Slice(children, func(i, j int) bool { return seq(children[i]) < seq(children[j]) })
@@ -164,64 +192,75 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 				me = i
 			}
 		}
-		if me < 0 {
-			// Our znode is gone: the session expired while we waited.
-			mine = ""
-			continue
-		}
 		if me == 0 {
-			ok, st, err := s.Conn.Exists(mine)
+			st, err := zksession.Call(ctx, func() (*zk.Stat, error) {
+				ok, st, err := s.Conn.Exists(mine)
+				if err == nil && !ok {
+					st = nil
+				}
+				return st, err
+			})
 			switch {
 			case err != nil:
 				if err := retry(err); err != nil {
 					return nil, err
 				}
 				continue
-			case !ok:
-				mine = "" // the session expired since Children
+			case st == nil:
+				created = false // the session expired since Children
 				continue
 			}
 			// Release deletes this grant's znode with its version
 			// (compare-and-delete: a sequence znode's path is never
 			// reused, so no other grant's znode can be deleted).
-			path, version := mine, st.Version
-			del := func() error { return s.Conn.Delete(path, version) }
-			mine = ""
-			return &lease{l.NewGrant(s, st.EphemeralOwner, path, del), st.Czxid}, nil
+			version := st.Version
+			del := func() error { return s.Conn.Delete(mine, version) }
+			granted = true
+			return &lease{l.NewGrant(s, st.EphemeralOwner, mine, del), st.Czxid}, nil
 		}
 		prev := l.Path + "/" + children[me-1]
-		ok, _, ch, err := s.Conn.ExistsW(prev)
+		type watch struct {
+			ok bool
+			ch <-chan zk.Event
+		}
+		w, err := zksession.Call(ctx, func() (watch, error) {
+			ok, _, ch, err := s.Conn.ExistsW(prev)
+			return watch{ok, ch}, err
+		})
 		if err != nil {
 			if err := retry(err); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		if !ok {
+		if !w.ok {
 			continue
 		}
 		select {
 		case <-ctx.Done():
 			return nil, wrap(ctx.Err())
-		case <-ch:
+		case <-w.ch:
 			// Deleted, or the watch ended with the connection: look again.
 		}
 	}
 }
 
 // create makes this client's sequence znode, creating the lock's znode
-// and its parents (persistent, empty) if missing.
-func (l *locker) create(s *zksession.Session) (string, error) {
+// and its parents (persistent, empty) if missing. Each request returns
+// when ctx is done (zksession.Call).
+func (l *locker) create(ctx context.Context, s *zksession.Session, node *zksession.Protected) error {
 	for {
-		p, err := s.Conn.CreateProtectedEphemeralSequential(l.Path+"/"+prefix, nil, l.ACL)
+		_, err := node.Create(ctx)
 		if !errors.Is(err, zk.ErrNoNode) {
-			return p, err
+			return err
 		}
 		parent := ""
 		for _, c := range strings.Split(l.Path[1:], "/") {
 			parent += "/" + c
-			if _, err := s.Conn.Create(parent, nil, 0, l.ACL); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-				return "", err
+			p := parent
+			_, err := zksession.Call(ctx, func() (string, error) { return s.Conn.Create(p, nil, 0, l.ACL) })
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return err
 			}
 		}
 	}

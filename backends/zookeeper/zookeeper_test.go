@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,10 +312,16 @@ func TestCancelAndClose(t *testing.T) {
 			t.Fatalf("waiter's Acquire: %v, want context.DeadlineExceeded", err)
 		}
 		if k.name == "zookeeper" {
-			// zk.Lock's abandoned Lock keeps its znode until it is granted
-			// and unlocked (the package doc says so).
-			if kids := znodes(t, observer(t)); len(kids) != 1 {
-				t.Fatalf("znodes after the waiter gave up: %v, want the holder's alone", kids)
+			// The waiter's znode is deleted in the background (zk.Lock's
+			// abandoned Lock keeps its znode until it is granted and
+			// unlocked: the package doc says so).
+			obs := observer(t)
+			kids := znodes(t, obs)
+			for deadline := time.Now().Add(10 * time.Second); len(kids) != 1 && time.Now().Before(deadline); kids = znodes(t, obs) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if len(kids) != 1 {
+				t.Fatalf("znodes 10 s after the waiter gave up: %v, want the holder's alone", kids)
 			}
 		}
 		a.Close()
@@ -540,6 +547,86 @@ func TestWaiterReconnects(t *testing.T) {
 			t.Fatalf("B's Acquire: %v", err)
 		case <-time.After(10 * time.Second):
 			t.Fatal("B not granted within 10 s of A's release")
+		}
+		cleanup(t, b)
+	})
+}
+
+// TestSilentServer: the server B's client reaches accepts its connection
+// and never answers (a ZooKeeper restarting after a crash: it accepts
+// before it serves): B's Acquire returns with its ctx, the client drops the
+// silent connection and dials again, and once the server answers B gets
+// the lock. The lease is 6 s, so that go-zookeeper alone would wait 40 s
+// (10 × its receive timeout) for the answer, queueing every request.
+func TestSilentServer(t *testing.T) {
+	forEach(t, func(t *testing.T, ctx context.Context, k kind) {
+		const lease = 6 * time.Second
+		p := newProxy(t)
+		var dials atomic.Int32
+		via := lockertest.DialVia(p)
+		dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+			dials.Add(1)
+			return via(ctx, network, address)
+		}
+		a := newLocker(t, k, nil)
+		b, err := k.new([]string{server.Endpoint()}, dial, key(t), lease)
+		b = lockertest.Managed(t, b, err, false)
+		la := lockertest.Acquire(t, a, time.Minute)
+		// B's session, and its first try.
+		wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = b.Acquire(wctx)
+		wcancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("B's first Acquire: %v, want context.DeadlineExceeded", err)
+		}
+		// The server "crashes" and accepts, silent, as it comes back.
+		n0 := dials.Load()
+		p.Cut()
+		p.Blackhole()
+		for dials.Load() == n0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		const wait, bound = 2 * time.Second, 5 * time.Second
+		wctx, wcancel = context.WithTimeout(ctx, wait)
+		t0 := time.Now()
+		_, err = b.Acquire(wctx)
+		took := time.Since(t0)
+		wcancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("B's Acquire while the server is silent: %v, want context.DeadlineExceeded", err)
+		}
+		if took > bound {
+			t.Fatalf("B's Acquire with a %v ctx returned after %v, want within %v", wait, took, bound)
+		}
+		// The next Acquire waits; its client drops each silent connection
+		// and dials again (zk-lock's first session ended when its
+		// abandoned Lock failed, so it dials a new one).
+		type result struct {
+			l   backends.Lease
+			err error
+		}
+		got := make(chan result, 1)
+		n1 := dials.Load()
+		go func() {
+			l, err := b.Acquire(ctx)
+			got <- result{l, err}
+		}()
+		for deadline := time.Now().Add(3 * lease); dials.Load() < n1+2 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := dials.Load() - n1; n < 2 {
+			t.Fatalf("%d dial(s) in %v of a silent server, want a second after the first connection was dropped", n, 3*lease)
+		}
+		p.Heal()
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("B's Acquire once the server answers: %v", r.err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
 		cleanup(t, b)
 	})

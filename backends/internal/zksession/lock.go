@@ -49,10 +49,12 @@ func (s *Session) Moved(id int64) bool {
 
 // Release calls del until it succeeds, the znode is gone (zk.ErrNoNode),
 // session id has ended (Moved), or ctx is done; it retries while the
-// client reconnects. It is a Lease's release of its ephemeral znode.
+// client reconnects. It returns when ctx is done, even with del still
+// waiting for go-zookeeper (see Call): that del may still delete the
+// znode later. It is a Lease's release of its ephemeral znode.
 func (s *Session) Release(ctx context.Context, id int64, del func() error) error {
 	for !s.Moved(id) {
-		err := del()
+		err := Do(ctx, del)
 		if err == nil || errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
@@ -68,10 +70,11 @@ func (s *Session) Release(ctx context.Context, id int64, del func() error) error
 
 // RemoveEmpty deletes path and then each parent up to the root, stopping
 // at the first that is not empty or not there: it removes a lock's znodes
-// once no client uses them, and nothing else.
-func (s *Session) RemoveEmpty(path string) error {
+// once no client uses them, and nothing else. It returns ctx's error when
+// ctx is done first (see Call).
+func (s *Session) RemoveEmpty(ctx context.Context, path string) error {
 	for p := path; p != "/" && p != ""; p = p[:strings.LastIndex(p, "/")] {
-		err := s.Conn.Delete(p, -1)
+		err := Do(ctx, func() error { return s.Conn.Delete(p, -1) })
 		if errors.Is(err, zk.ErrNotEmpty) || errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
@@ -202,7 +205,7 @@ func (l *Lock) Open(ctx context.Context) (*Session, error) {
 func (l *Lock) Cleanup(ctx context.Context) error {
 	s, err := l.Session(ctx)
 	if err == nil {
-		err = s.RemoveEmpty(l.Path)
+		err = s.RemoveEmpty(ctx, l.Path)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: cleanup %s: %w", l.opts.Name, l.Path, err)

@@ -24,6 +24,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -72,12 +73,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 		return nil, fmt.Errorf("%s: no server: set Config.Servers (host:port, ...)", o.Name)
 	}
 	s := &Session{opts: o, waiters: map[chan struct{}]int64{}, hosts: &hosts{}}
-	conn, _, err := zk.Connect(o.Servers, o.Timeout,
-		zk.WithDialer(s.dial),
-		zk.WithHostProvider(s.hosts),
-		zk.WithEventCallback(s.event),
-		zk.WithLogger(logger{s}),
-		zk.WithLogInfo(false))
+	conn, _, err := zkConnect(s)
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect %v: %w", o.Name, o.Servers, err)
 	}
@@ -100,7 +96,7 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 		}
 	}
 	if o.Auth != "" {
-		if err := conn.AddAuth("digest", []byte(o.Auth)); err != nil {
+		if err := Do(ctx, func() error { return conn.AddAuth("digest", []byte(o.Auth)) }); err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("%s: digest auth: %w", o.Name, err)
 		}
@@ -114,6 +110,17 @@ func Open(ctx context.Context, o Options) (*Session, error) {
 			"or maxSessionTimeout excludes the lease; set them to allow it, or ask for a lease within them", o.Name, granted, o.Timeout)
 	}
 	return s, nil
+}
+
+// zkConnect starts s's go-zookeeper client, which connects in the
+// background.
+func zkConnect(s *Session) (*zk.Conn, <-chan zk.Event, error) {
+	return zk.Connect(s.opts.Servers, s.opts.Timeout,
+		zk.WithDialer(s.dial),
+		zk.WithHostProvider(s.hosts),
+		zk.WithEventCallback(s.event),
+		zk.WithLogger(logger{s}),
+		zk.WithLogInfo(false))
 }
 
 // hosts is go-zookeeper's host provider without its pause on the first
@@ -194,14 +201,26 @@ func (o Options) ACL() []zk.ACL {
 }
 
 // dial is go-zookeeper's Dialer: Options.Dial (or a plain dial) bounded by
-// timeout, TLS if asked for, and the sniffer of the connect response.
+// timeout, TLS if asked for, and the sniffer of the connect response, which
+// also bounds the handshake (see Options.handshake).
 func (s *Session) dial(network, address string, timeout time.Duration) (net.Conn, error) {
 	c, err := s.rawDial(network, address, timeout)
 	if err != nil {
 		return nil, err
 	}
-	return &sniffer{Conn: c, s: s}, nil
+	return &sniffer{Conn: c, s: s, handshake: time.Now().Add(s.opts.handshake())}, nil
 }
+
+// handshake is how long a new connection has, from the dial, to deliver the
+// server's connect response: a third of the session timeout, and at least
+// 2 s. go-zookeeper v1.0.4 gives it 10 × its receive timeout (6⅔ × the
+// session timeout, over two minutes for a 20 s session), and nothing while
+// it reads the response's body. A ZooKeeper server that is starting accepts
+// connections before it serves them and may never answer one (3.8 logs
+// "ZooKeeperServer not running" and closes it only later, if at all): with
+// this bound the client drops such a connection and dials again, as
+// ZooKeeper's Java client does after its connect timeout.
+func (o Options) handshake() time.Duration { return max(o.Timeout/3, 2*time.Second) }
 
 func (s *Session) rawDial(network, address string, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -215,24 +234,43 @@ func (s *Session) rawDial(network, address string, timeout time.Duration) (net.C
 
 // sniffer reads the first frame the server sends on a connection, the
 // connect response (protocol version int32, timeout int32, session id
-// int64, password: int32 length and bytes), and records it.
+// int64, password: int32 length and bytes), and records it. Until it has
+// read that frame, every deadline go-zookeeper sets (none included) is
+// capped at handshake; from then on they pass through as they are.
 type sniffer struct {
 	net.Conn
-	s    *Session
-	buf  []byte
-	done bool
+	s         *Session
+	buf       []byte
+	done      atomic.Bool
+	handshake time.Time
 }
+
+// bound is t capped at the handshake's deadline while it lasts.
+func (c *sniffer) bound(t time.Time) time.Time {
+	if !c.done.Load() && (t.IsZero() || t.After(c.handshake)) {
+		return c.handshake
+	}
+	return t
+}
+
+func (c *sniffer) SetDeadline(t time.Time) error { return c.Conn.SetDeadline(c.bound(t)) }
+
+func (c *sniffer) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.bound(t)) }
+
+func (c *sniffer) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.bound(t)) }
 
 func (c *sniffer) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if !c.done && n > 0 {
+	if !c.done.Load() && n > 0 {
 		c.buf = append(c.buf, p[:n]...)
 		if len(c.buf) >= 4 {
 			size := int(binary.BigEndian.Uint32(c.buf))
 			if len(c.buf) >= 4+size {
-				c.done = true
 				c.s.record(c.buf[4 : 4+size])
 				c.buf = nil
+				// Lift the cap go-zookeeper's last deadline got.
+				_ = c.Conn.SetReadDeadline(time.Time{})
+				c.done.Store(true)
 			}
 		}
 	}
