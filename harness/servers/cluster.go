@@ -311,6 +311,15 @@ func (g *group) started(healthy func(context.Context) error) error {
 	return g.Sync()
 }
 
+// waitStarted waits, up to timeout, until healthy returns nil, then makes
+// the cluster started (see started).
+func (g *group) waitStarted(ctx context.Context, timeout time.Duration, healthy func(context.Context) error) error {
+	if err := faults.WaitHealthy(ctx, timeout, healthy); err != nil {
+		return err
+	}
+	return g.started(healthy)
+}
+
 // clusterOptions are the options a cluster takes: not WithAuth nor
 // WithTLS (the clusters have neither).
 func clusterOptions(backend string, opts []Option, has ...Durability) (options, error) {

@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/faults"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -177,11 +176,7 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*
 		s.Stop()
 		return nil, fail(err)
 	}
-	if err := faults.WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
-		s.Stop()
-		return nil, fail(err)
-	}
-	if err := s.started(s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}

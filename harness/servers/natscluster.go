@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/internal/spawn"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
@@ -154,11 +153,7 @@ func StartNATSCluster(ctx context.Context, n int, opts ...Option) (*NATSCluster,
 		}
 		s.http[m] = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 	}
-	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
-		s.Stop()
-		return nil, fail(err)
-	}
-	if err := s.started(s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}
