@@ -386,6 +386,19 @@ func (g *group) memberDir(kind string, i int) (name, dir string, err error) {
 	return name, dir, os.Mkdir(dir, 0o700)
 }
 
+// memberData makes member i's directory (memberDir) and in it the member's
+// data directory dataName (dataDir), mounted: for a member whose data
+// directory needs no setup before the mount.
+func (g *group) memberData(kind string, i int, dataName string, o options) (name, dir string, data *dataDir, err error) {
+	if name, dir, err = g.memberDir(kind, i); err != nil {
+		return "", "", nil, err
+	}
+	if data, err = g.dataDir(dir, name, dataName, o); err != nil {
+		return "", "", nil, err
+	}
+	return name, dir, data, data.mount()
+}
+
 // add runs member name (directory dir, client address 127.0.0.1:port),
 // which start starts, and adds it to the group.
 func (g *group) add(name, dir string, port int, start func() (*proc, error)) (*Member, error) {

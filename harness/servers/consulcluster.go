@@ -63,14 +63,7 @@ func StartConsulClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) 
 		join = append(join, fmt.Sprintf("%q", net.JoinHostPort(h.host(i), strconv.Itoa(ports[4*i+1]))))
 	}
 	for i := range n {
-		name, mdir, err := s.memberDir("consul", i)
-		var data *dataDir
-		if err == nil {
-			data, err = s.dataDir(mdir, name, "data", o)
-		}
-		if err == nil {
-			err = data.mount()
-		}
+		name, mdir, data, err := s.memberData("consul", i, "data", o)
 		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, fixFUSE(err, "a writable temporary directory")}

@@ -137,15 +137,7 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*
 		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1]))))
 	}
 	for i := range n {
-		name, mdir, err := s.memberDir("etcd", i)
-		if err != nil {
-			s.Stop()
-			return nil, fail(err)
-		}
-		data, err := s.dataDir(mdir, name, "data", o)
-		if err == nil {
-			err = data.mount()
-		}
+		name, mdir, data, err := s.memberData("etcd", i, "data", o)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)

@@ -130,14 +130,7 @@ func StartNATSCluster(ctx context.Context, n int, opts ...Option) (*NATSCluster,
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
 	}
 	for i := range n {
-		name, mdir, err := s.memberDir("nats", i)
-		var data *dataDir
-		if err == nil {
-			data, err = s.dataDir(mdir, name, "jetstream", o)
-		}
-		if err == nil {
-			err = data.mount()
-		}
+		name, mdir, data, err := s.memberData("nats", i, "jetstream", o)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)

@@ -103,14 +103,7 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions, opts
 	}
 	s := &RedisSentinel{group: group{dir: dir}, hosts: h, primary: net.JoinHostPort(h.host(0), strconv.Itoa(ports[0]))}
 	for i := range 2 {
-		name, mdir, err := s.memberDir("redis", i)
-		var data *dataDir
-		if err == nil {
-			data, err = s.dataDir(mdir, name, "data", so)
-		}
-		if err == nil {
-			err = data.mount()
-		}
+		name, mdir, data, err := s.memberData("redis", i, "data", so)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
