@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/locksuite/locksuite/harness/faults"
 )
 
 // ConsulCluster is n Consul servers (-server, -bootstrap-expect=n, joined
@@ -118,13 +117,9 @@ limits {
 			return nil, &Unavailable{"consul-cluster", err, "a Consul API client"}
 		}
 	}
-	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
-		return nil, &Unavailable{"consul-cluster", err, "see the servers' logs above"}
-	}
-	if err := s.started(s.Healthy); err != nil {
-		s.Stop()
-		return nil, &Unavailable{"consul-cluster", err, "see the error"}
+		return nil, &Unavailable{"consul-cluster", err, "see the error and the servers' logs above"}
 	}
 	return s, nil
 }

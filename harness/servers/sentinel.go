@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/faults"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -182,13 +181,9 @@ sentinel parallel-syncs %s 1
 			return nil, fail(err, "redis-sentinel 7 or newer (SENTINEL DEBUG)")
 		}
 	}
-	if err := faults.WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
-		return nil, fail(err, "see the sentinel logs above")
-	}
-	if err := s.started(s.Healthy); err != nil {
-		s.Stop()
-		return nil, fail(err, "see the error")
+		return nil, fail(err, "see the error and the sentinel logs above")
 	}
 	return s, nil
 }
