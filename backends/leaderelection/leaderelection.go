@@ -249,12 +249,7 @@ func (l *locker) Close() error {
 }
 
 // Cleanup deletes the Lease object.
-func (l *locker) Cleanup(ctx context.Context) error {
-	if err := kube.Delete(ctx, l.c.Leases, l.name); err != nil {
-		return fmt.Errorf("leaderelection: delete Lease %s: %w", l.name, err)
-	}
-	return nil
-}
+func (l *locker) Cleanup(ctx context.Context) error { return l.c.Delete(ctx, l.name) }
 
 type lease struct {
 	l        *locker

@@ -19,6 +19,15 @@ const NoDial = "the Locker made no connection through Client.Dial, so its networ
 // dialled reports whether a client used p.
 func dialled(p *Path) bool { return p != nil && p.Dials() > 0 }
 
+// needDial is nil when a client used p, else the error of a network fault
+// that does not apply (NotApplicable(NoDial)).
+func needDial(p *Path) error {
+	if dialled(p) {
+		return nil
+	}
+	return NotApplicable(NoDial)
+}
+
 // Freeze stalls one client with its renewals, as a GC or VM pause would:
 // all its traffic to the lock service stops and nothing sent meanwhile is
 // lost, until the heal delivers it. It works on the client's Path when the
@@ -64,16 +73,11 @@ type Partition struct {
 	Name      string
 }
 
-func (f *Partition) Applies(context.Context) error {
-	if dialled(f.Path) {
-		return nil
-	}
-	return NotApplicable(NoDial)
-}
+func (f *Partition) Applies(context.Context) error { return needDial(f.Path) }
 
 func (f *Partition) Inject(context.Context) (func() error, error) {
-	if !dialled(f.Path) {
-		return nil, NotApplicable(NoDial)
+	if err := needDial(f.Path); err != nil {
+		return nil, err
 	}
 	if f.Blackhole {
 		f.Path.Blackhole()
@@ -103,16 +107,11 @@ type DropReplies struct {
 	Name string
 }
 
-func (f *DropReplies) Applies(context.Context) error {
-	if dialled(f.Path) {
-		return nil
-	}
-	return NotApplicable(NoDial)
-}
+func (f *DropReplies) Applies(context.Context) error { return needDial(f.Path) }
 
 func (f *DropReplies) Inject(context.Context) (func() error, error) {
-	if !dialled(f.Path) {
-		return nil, NotApplicable(NoDial)
+	if err := needDial(f.Path); err != nil {
+		return nil, err
 	}
 	f.Path.DropReplies()
 	return func() error { f.Path.Heal(); return nil }, nil

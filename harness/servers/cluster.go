@@ -311,6 +311,15 @@ func (g *group) started(healthy func(context.Context) error) error {
 	return g.Sync()
 }
 
+// waitStarted waits, up to timeout, until healthy returns nil, then makes
+// the cluster started (see started).
+func (g *group) waitStarted(ctx context.Context, timeout time.Duration, healthy func(context.Context) error) error {
+	if err := faults.WaitHealthy(ctx, timeout, healthy); err != nil {
+		return err
+	}
+	return g.started(healthy)
+}
+
 // clusterOptions are the options a cluster takes: not WithAuth nor
 // WithTLS (the clusters have neither).
 func clusterOptions(backend string, opts []Option, has ...Durability) (options, error) {
@@ -375,6 +384,19 @@ func (g *group) memberDir(kind string, i int) (name, dir string, err error) {
 	name = fmt.Sprintf("%s-%d", kind, i+1)
 	dir = filepath.Join(g.dir, name)
 	return name, dir, os.Mkdir(dir, 0o700)
+}
+
+// memberData makes member i's directory (memberDir) and in it the member's
+// data directory dataName (dataDir), mounted: for a member whose data
+// directory needs no setup before the mount.
+func (g *group) memberData(kind string, i int, dataName string, o options) (name, dir string, data *dataDir, err error) {
+	if name, dir, err = g.memberDir(kind, i); err != nil {
+		return "", "", nil, err
+	}
+	if data, err = g.dataDir(dir, name, dataName, o); err != nil {
+		return "", "", nil, err
+	}
+	return name, dir, data, data.mount()
 }
 
 // add runs member name (directory dir, client address 127.0.0.1:port),

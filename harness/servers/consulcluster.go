@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/locksuite/locksuite/harness/faults"
 )
 
 // ConsulCluster is n Consul servers (-server, -bootstrap-expect=n, joined
@@ -63,14 +62,7 @@ func StartConsulClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) 
 		join = append(join, fmt.Sprintf("%q", net.JoinHostPort(h.host(i), strconv.Itoa(ports[4*i+1]))))
 	}
 	for i := range n {
-		name, mdir, err := s.memberDir("consul", i)
-		var data *dataDir
-		if err == nil {
-			data, err = s.dataDir(mdir, name, "data", o)
-		}
-		if err == nil {
-			err = data.mount()
-		}
+		name, mdir, data, err := s.memberData("consul", i, "data", o)
 		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, fixFUSE(err, "a writable temporary directory")}
@@ -125,13 +117,9 @@ limits {
 			return nil, &Unavailable{"consul-cluster", err, "a Consul API client"}
 		}
 	}
-	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
-		return nil, &Unavailable{"consul-cluster", err, "see the servers' logs above"}
-	}
-	if err := s.started(s.Healthy); err != nil {
-		s.Stop()
-		return nil, &Unavailable{"consul-cluster", err, "see the error"}
+		return nil, &Unavailable{"consul-cluster", err, "see the error and the servers' logs above"}
 	}
 	return s, nil
 }

@@ -544,15 +544,13 @@ func init() {
 	select {}
 }
 
-// TestKilledCoordinatorLeavesNothing: a coordinator killed (SIGKILL) with
-// a server on lazyfs leaves no server process, and the next run's
-// tempdir.RemoveStale detaches the dead mount and removes the directory.
-func TestKilledCoordinatorLeavesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real server")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), killedCoordinatorEnv+"=1")
+// startSelf starts this test binary again with args and env=1 in its
+// environment, its stderr this process's, and returns it and its stdout.
+// The caller reads what it needs, then kills it and waits for it.
+func startSelf(t *testing.T, env string, args ...string) (*exec.Cmd, io.ReadCloser) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), env+"=1")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -561,6 +559,17 @@ func TestKilledCoordinatorLeavesNothing(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	return cmd, out
+}
+
+// TestKilledCoordinatorLeavesNothing: a coordinator killed (SIGKILL) with
+// a server on lazyfs leaves no server process, and the next run's
+// tempdir.RemoveStale detaches the dead mount and removes the directory.
+func TestKilledCoordinatorLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real server")
+	}
+	cmd, out := startSelf(t, killedCoordinatorEnv, "-test.run=^$")
 	line, err := bufio.NewReader(out).ReadString('\n')
 	var dir string
 	var pid int

@@ -144,11 +144,7 @@ func (s *Etcd) runProcess(ctx context.Context, o options, certs *pki, cu, pu *ur
 	if certs != nil {
 		spec.CertFile, spec.KeyFile, spec.CAFile = certs.serverCert, certs.serverKey, certs.ca
 	}
-	tc, err := s.secrets.ClientTLS()
-	if err != nil {
-		return err
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.addr}, TLS: tc, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	c, err := s.client(2 * time.Second)
 	if err != nil {
 		return err
 	}
@@ -160,13 +156,19 @@ func (s *Etcd) runProcess(ctx context.Context, o options, certs *pki, cu, pu *ur
 	})
 }
 
-// enableAuth adds root with a random password and turns authentication on.
-func (s *Etcd) enableAuth(ctx context.Context) error {
+// client is a client of the server with its TLS configuration (nil without
+// WithTLS) and no credentials, dialling for up to dialTimeout.
+func (s *Etcd) client(dialTimeout time.Duration) (*clientv3.Client, error) {
 	tc, err := s.secrets.ClientTLS()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.addr}, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return clientv3.New(clientv3.Config{Endpoints: []string{s.addr}, TLS: tc, DialTimeout: dialTimeout, Logger: zap.NewNop()})
+}
+
+// enableAuth adds root with a random password and turns authentication on.
+func (s *Etcd) enableAuth(ctx context.Context) error {
+	c, err := s.client(5 * time.Second)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/faults"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -138,15 +137,7 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*
 		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1]))))
 	}
 	for i := range n {
-		name, mdir, err := s.memberDir("etcd", i)
-		if err != nil {
-			s.Stop()
-			return nil, fail(err)
-		}
-		data, err := s.dataDir(mdir, name, "data", o)
-		if err == nil {
-			err = data.mount()
-		}
+		name, mdir, data, err := s.memberData("etcd", i, "data", o)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)
@@ -177,11 +168,7 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*
 		s.Stop()
 		return nil, fail(err)
 	}
-	if err := faults.WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
-		s.Stop()
-		return nil, fail(err)
-	}
-	if err := s.started(s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}

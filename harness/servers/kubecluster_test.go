@@ -420,16 +420,7 @@ func TestKubeClusterHelper(t *testing.T) {
 func TestKubeClusterKilled(t *testing.T) {
 	skipWithoutKubeCluster(t)
 	before := snapshotHost(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKubeClusterHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), kubeHelperEnv+"=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startSelf(t, kubeHelperEnv, "-test.run=^TestKubeClusterHelper$", "-test.v")
 	var dir, cgroup string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {

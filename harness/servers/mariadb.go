@@ -77,16 +77,11 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 			return nil, fail(err, install)
 		}
 	}
-	cred, dir, err := serviceDir("mysql", "mariadb", "mysql", "mariadb-server")
+	cred, dir, dd, err := serviceDataDir("mysql", "mariadb", "mysql", "mariadb-server", o.lazy)
 	if err != nil {
 		return nil, err
 	}
 	uid, gid := ids(cred)
-	dd, err := newDataDir(dir, "data", o.lazy, cred)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fail(err, "a writable temporary directory")
-	}
 	// The server's settings, for the bootstrap and the server alike
 	// (--no-defaults: no /etc/mysql/my.cnf of the machine's own server).
 	// --tmpdir: the server's own directory, not $TMPDIR, which may be

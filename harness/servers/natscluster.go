@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/internal/spawn"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
@@ -131,14 +130,7 @@ func StartNATSCluster(ctx context.Context, n int, opts ...Option) (*NATSCluster,
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
 	}
 	for i := range n {
-		name, mdir, err := s.memberDir("nats", i)
-		var data *dataDir
-		if err == nil {
-			data, err = s.dataDir(mdir, name, "jetstream", o)
-		}
-		if err == nil {
-			err = data.mount()
-		}
+		name, mdir, data, err := s.memberData("nats", i, "jetstream", o)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)
@@ -154,11 +146,7 @@ func StartNATSCluster(ctx context.Context, n int, opts ...Option) (*NATSCluster,
 		}
 		s.http[m] = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 	}
-	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
-		s.Stop()
-		return nil, fail(err)
-	}
-	if err := s.started(s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}

@@ -70,16 +70,11 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	if err != nil {
 		return nil, fail(err, install)
 	}
-	cred, dir, err := serviceDir("postgres", "postgres", "postgres", "postgresql-15")
+	cred, dir, dd, err := serviceDataDir("postgres", "postgres", "postgres", "postgresql-15", o.lazy)
 	if err != nil {
 		return nil, err
 	}
 	uid, gid := ids(cred)
-	dd, err := newDataDir(dir, "data", o.lazy, cred)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fail(err, "a writable temporary directory")
-	}
 	// initdb and the configuration write to disk (the mount's backing
 	// directory), not through a lazyfs mount: a power loss is not meant
 	// to undo the setup.
@@ -199,6 +194,20 @@ func serviceDir(backend, name, account, pkg string) (cred *syscall.Credential, d
 		}
 	}
 	return cred, dir, nil
+}
+
+// serviceDataDir is serviceDir's directory with the data directory "data"
+// in it, owned by cred's user (newDataDir, lazy as there); an error leaves
+// nothing behind.
+func serviceDataDir(backend, name, account, pkg string, lazy bool) (cred *syscall.Credential, dir string, dd *dataDir, err error) {
+	if cred, dir, err = serviceDir(backend, name, account, pkg); err != nil {
+		return nil, "", nil, err
+	}
+	if dd, err = newDataDir(dir, "data", lazy, cred); err != nil {
+		os.RemoveAll(dir)
+		return nil, "", nil, &Unavailable{backend, err, fixFUSE(err, "a writable temporary directory")}
+	}
+	return cred, dir, dd, nil
 }
 
 // runAs runs a server's one-off setup program (initdb,

@@ -89,12 +89,7 @@ func TestStartSecured(t *testing.T) {
 	})
 	for _, mode := range crashModes("etcd", opts) {
 		t.Run(mode.name, func(t *testing.T) {
-			s := mustStart(t, func() (*Etcd, error) { return StartEtcd(ctx, mode.opts...) })
-			if mode.crash {
-				if _, err := s.Crash(ctx, false); err != nil {
-					t.Fatal(err)
-				}
-			}
+			s := startMode(t, ctx, mode, StartEtcd)
 			sec := s.Secrets()
 			tc := mustTLS(t, sec)
 			put := func(cfg clientv3.Config) error {
@@ -120,12 +115,7 @@ func TestStartSecured(t *testing.T) {
 	}
 	for _, mode := range crashModes("consul", opts) {
 		t.Run(mode.name, func(t *testing.T) {
-			s := mustStart(t, func() (*Consul, error) { return StartConsul(ctx, mode.opts...) })
-			if mode.crash {
-				if _, err := s.Crash(ctx, false); err != nil {
-					t.Fatal(err)
-				}
-			}
+			s := startMode(t, ctx, mode, StartConsul)
 			sec := s.Secrets()
 			put := func(addr, token string) error {
 				c, err := consulapi.NewClient(&consulapi.Config{Address: addr, Token: token, TLSConfig: consulapi.TLSConfig{CAFile: sec.CAFile}})
@@ -203,6 +193,22 @@ type crashMode struct {
 
 func crashModes(name string, opts []Option) []crashMode {
 	return []crashMode{{name, opts, false}, {name + ", crashed", append(opts[:len(opts):len(opts)], WithCrash()), true}}
+}
+
+// startMode starts a server for t with start and mode's options (see
+// mustStart), and crashes it once if mode says so.
+func startMode[S interface {
+	Server
+	Crasher
+}](t *testing.T, ctx context.Context, mode crashMode, start func(context.Context, ...Option) (S, error)) S {
+	t.Helper()
+	s := mustStart(t, func() (S, error) { return start(ctx, mode.opts...) })
+	if mode.crash {
+		if _, err := s.Crash(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
 }
 
 // mustStart starts a server for t with start; it stops when t ends.

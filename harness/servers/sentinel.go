@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/faults"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -103,14 +102,7 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions, opts
 	}
 	s := &RedisSentinel{group: group{dir: dir}, hosts: h, primary: net.JoinHostPort(h.host(0), strconv.Itoa(ports[0]))}
 	for i := range 2 {
-		name, mdir, err := s.memberDir("redis", i)
-		var data *dataDir
-		if err == nil {
-			data, err = s.dataDir(mdir, name, "data", so)
-		}
-		if err == nil {
-			err = data.mount()
-		}
+		name, mdir, data, err := s.memberData("redis", i, "data", so)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
@@ -189,13 +181,9 @@ sentinel parallel-syncs %s 1
 			return nil, fail(err, "redis-sentinel 7 or newer (SENTINEL DEBUG)")
 		}
 	}
-	if err := faults.WaitHealthy(ctx, 30*time.Second, s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
-		return nil, fail(err, "see the sentinel logs above")
-	}
-	if err := s.started(s.Healthy); err != nil {
-		s.Stop()
-		return nil, fail(err, "see the error")
+		return nil, fail(err, "see the error and the sentinel logs above")
 	}
 	return s, nil
 }

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/internal/spawn"
 )
 
@@ -335,13 +334,9 @@ func StartZooKeeperEnsemble(ctx context.Context, n int, opts ...Option) (*ZooKee
 			return nil, fail(err, "check that "+argv[0]+" runs")
 		}
 	}
-	if err := faults.WaitHealthy(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := s.waitStarted(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
-		return nil, fail(err, "see the servers' logs above")
-	}
-	if err := s.started(s.Healthy); err != nil {
-		s.Stop()
-		return nil, fail(err, "see the error")
+		return nil, fail(err, "see the error and the servers' logs above")
 	}
 	return s, nil
 }

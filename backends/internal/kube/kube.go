@@ -29,6 +29,7 @@ type Client struct {
 	// Coordination is the API group's client (client-go's LeaseLock takes it).
 	Coordination *coordinationv1client.CoordinationV1Client
 	hc           *http.Client
+	prefix       string // the adapter's name, which prefixes errors
 }
 
 // NewClient makes a client of the coordination.k8s.io/v1 API from a copy of
@@ -60,7 +61,7 @@ func NewClient(prefix string, rc *rest.Config, dial dialer.Func, ns string) (*Cl
 	if err != nil {
 		return nil, fmt.Errorf("%s: client for %s: %w", prefix, rc.Host, err)
 	}
-	return &Client{Leases: c.Leases(ns), Coordination: c, hc: hc}, nil
+	return &Client{Leases: c.Leases(ns), Coordination: c, hc: hc, prefix: prefix}, nil
 }
 
 // Close closes the client's idle connections.
@@ -96,12 +97,12 @@ func Identity(prefix string) string {
 }
 
 // Delete deletes the Lease name; a Lease already gone is no error.
-func Delete(ctx context.Context, leases coordinationv1client.LeaseInterface, name string) error {
-	err := leases.Delete(ctx, name, metav1.DeleteOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
+func (c *Client) Delete(ctx context.Context, name string) error {
+	err := c.Leases.Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("%s: delete Lease %s: %w", c.prefix, name, err)
 	}
-	return err
+	return nil
 }
 
 // Fatal reports whether err is one that asking again will not mend: the
