@@ -69,9 +69,8 @@ const ParallelEnv = "LOCKSUITE_PARALLEL"
 // that would crowd a small machine's CPUs, and a holder starved of CPU for
 // longer than its lease would be a false alarm of the harness's own making:
 // so the chaos runs, whose worker processes keep the CPUs busy, go at most
-// half the CPUs at once (one on 2 cores) beside the runs that wait. On a
-// 2-core machine, 6 at once with no such bound lost updates with no fault
-// and cut stall runs short of their first stall (CI, December 2026).
+// one per CPU beside the runs that wait (docs/measurements.md has the
+// default run's times with each bound).
 func DefaultParallel() int {
 	if n, err := strconv.Atoi(os.Getenv(ParallelEnv)); err == nil && n > 0 {
 		return n
