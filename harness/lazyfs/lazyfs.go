@@ -58,6 +58,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -120,6 +121,15 @@ func Mount(backing, mountpoint string) (*FS, error) {
 	// Names and attributes may be cached for a second: Crash invalidates
 	// what it changes itself (file sizes and data).
 	sec, zero := time.Second, time.Duration(0)
+	// go-fuse v2.12.1's direct mount opens /dev/fuse without O_CLOEXEC and
+	// returns before it sets it: a server this process starts afterwards
+	// inherited the descriptor, and, killed with the harness, could hang
+	// for good in its own exit, flushing a file of a mount whose
+	// connection its own descriptor kept open. No fork while the
+	// descriptor is open without the flag (os/exec takes ForkLock too).
+	syscall.ForkLock.Lock()
+	defer syscall.ForkLock.Unlock()
+	defer closeOnExecFuse()
 	f.srv, err = fs.Mount(mountpoint, root, &fs.Options{
 		EntryTimeout: &sec, AttrTimeout: &sec, NegativeTimeout: &zero,
 		MountOptions: fuse.MountOptions{
@@ -289,5 +299,21 @@ func (f *FS) forget(ino uint64, fl *file, closed bool) {
 	fl.closeFD()
 	if f.files[ino] == fl {
 		delete(f.files, ino)
+	}
+}
+
+// closeOnExecFuse sets close-on-exec on every descriptor of this process
+// that is open on /dev/fuse.
+func closeOnExecFuse() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if t, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && t == "/dev/fuse" {
+			if fd, err := strconv.Atoi(e.Name()); err == nil {
+				syscall.CloseOnExec(fd)
+			}
+		}
 	}
 }
