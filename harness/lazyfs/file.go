@@ -2,7 +2,6 @@ package lazyfs
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"sync"
 	"syscall"
@@ -290,21 +289,26 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return fs.ToErrno(h.fl.flush())
 }
 
-// Flush (close of a descriptor) syncs nothing, as close does not.
-func (h *handle) Flush(ctx context.Context) syscall.Errno { return 0 }
-
-// Release syncs the file if it was truncated to zero since the last close
-// (see the package doc), and closes the descriptor.
-func (h *handle) Release(ctx context.Context) syscall.Errno {
+// Flush (a close of a descriptor, which the kernel sends after the
+// descriptor's cached writes and waits for) syncs the file if it was
+// truncated to zero since the last close (see the package doc), and
+// nothing otherwise, as close does not. It is done here and not in
+// Release, which the kernel sends after close(2) has returned: a crash
+// right after the close would race it.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	h.fl.mu.Lock()
-	var err error
-	if h.fl.syncOnClose {
-		h.fl.syncOnClose = false
-		err = h.fl.flush()
+	defer h.fl.mu.Unlock()
+	if !h.fl.syncOnClose {
+		return 0
 	}
-	h.fl.mu.Unlock()
+	h.fl.syncOnClose = false
+	return fs.ToErrno(h.fl.flush())
+}
+
+// Release closes the descriptor.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.fs.release(h.ino, h.fl)
-	return fs.ToErrno(errors.Join(err, unix.Close(h.fd)))
+	return fs.ToErrno(unix.Close(h.fd))
 }
 
 // Lseek answers SEEK_DATA and SEEK_HOLE (the kernel does the others): a
