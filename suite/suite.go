@@ -229,8 +229,11 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 				if err != nil {
 					// No verdict: the row says why, so that a report (and
 					// the CLI's exit status) shows the run as unknown, not
-					// missing.
+					// missing; one whose spec was interrupted says that.
 					err = explain(c, sc.Name, err)
+					if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+						err = fmt.Errorf("cut short before its verdict: the run was interrupted (%w)", err)
+					}
 					publish(c, report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: sc.Name, Verdict: report.Unknown,
 						Reason: err.Error(), LeaseMS: c.Lease.Milliseconds(), Expected: want.Verdict()})
 					Fail(err.Error())
