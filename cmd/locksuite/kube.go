@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -34,6 +35,9 @@ func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, 
 	r, err := kuberun.Start(ctx, cfg, ns, o.image)
 	if err != nil {
 		return nil, err
+	}
+	if sw := r.Swept(); len(sw) > 0 {
+		fmt.Fprintf(stderr, "locksuite: kubernetes: deleted the objects of %d stale runs (driver gone): %s\n", len(sw), strings.Join(sw, ", "))
 	}
 	ep, err := r.StartEtcd(ctx)
 	if err != nil {

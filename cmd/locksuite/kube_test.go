@@ -106,6 +106,90 @@ func TestKubernetesRun(t *testing.T) {
 		}
 	}
 	assertNothingLeft(ctx, t, c)
+
+	// Interrupted (SIGINT) while its workers run: nothing left. Killed
+	// (SIGKILL): its objects stay until a later run, once their heartbeat
+	// is stale, deletes them.
+	long := []string{"run", "--kubernetes", "--image", image, "--namespace", c.Namespace(), "--backends", "etcd",
+		"--scenarios", "pause-targeted", "--fencing", "off", "--chaos-duration", "60s", "--progress", "off", "--keep-broken", "off"}
+	for _, sig := range []os.Signal{os.Interrupt, os.Kill} {
+		cmd := exec.Command(bin, long...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "TMPDIR="+dir)
+		if err := c.Nodes()[0].Start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		awaitWorkerPods(ctx, t, c)
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		t.Logf("%v: %v\n%s", sig, err, stderr.String())
+		if sig == os.Interrupt {
+			assertNothingLeft(ctx, t, c)
+			continue
+		}
+		killed := runsLeft(ctx, t, c)
+		if len(killed) != 1 {
+			t.Fatalf("after SIGKILL: runs left %v, want one", killed)
+		}
+		time.Sleep(kuberun.StaleAfter)
+		next := exec.Command(bin, "run", "--kubernetes", "--image", image, "--namespace", c.Namespace(), "--backends", "etcd",
+			"--scenarios", "baseline", "--fencing", "off", "--duration", "500ms", "--progress", "off", "--keep-broken", "off")
+		var out bytes.Buffer
+		next.Stdout, next.Stderr = &out, &out
+		next.Env = cmd.Env
+		if err := c.Nodes()[0].Start(next); err != nil {
+			t.Fatal(err)
+		}
+		if err := next.Wait(); err != nil {
+			t.Fatalf("the run after SIGKILL: %v\n%s", err, out.String())
+		}
+		if !bytes.Contains(out.Bytes(), []byte("stale runs (driver gone): "+killed[0])) {
+			t.Errorf("the run after SIGKILL did not say it deleted %s:\n%s", killed[0], out.String())
+		}
+		assertNothingLeft(ctx, t, c)
+	}
+}
+
+// awaitWorkerPods waits until a worker pod of a run runs in c.
+func awaitWorkerPods(ctx context.Context, t *testing.T, c *servers.KubeCluster) {
+	t.Helper()
+	cs, err := corev1client.NewForConfig(c.RestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		pods, err := cs.Pods(c.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: kuberun.RoleLabel + "=worker"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == "Running" {
+				return
+			}
+		}
+	}
+	t.Fatal("no worker pod running after 2 minutes")
+}
+
+// runsLeft are the ids of the runs whose ConfigMap is in c's namespace.
+func runsLeft(ctx context.Context, t *testing.T, c *servers.KubeCluster) []string {
+	t.Helper()
+	cs, err := corev1client.NewForConfig(c.RestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms, err := cs.ConfigMaps(c.Namespace()).List(ctx, metav1.ListOptions{LabelSelector: kuberun.RunLabel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, cm := range cms.Items {
+		ids = append(ids, cm.Labels[kuberun.RunLabel])
+	}
+	return ids
 }
 
 // runKubeCLI runs the CLI bin with args and --json, started with start (nil:

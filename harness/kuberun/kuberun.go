@@ -48,9 +48,9 @@ const (
 )
 
 // StaleAfter is how old a Run's heartbeat must be for Sweep to delete it:
-// a live Run renews it every heartbeatEvery.
+// a live Run renews it every heartbeatEvery, four times as often.
 const (
-	StaleAfter     = time.Minute
+	StaleAfter     = 20 * time.Second
 	heartbeatEvery = 5 * time.Second
 )
 
@@ -68,6 +68,7 @@ type Run struct {
 	hub       *worker.Hub
 	advertise string // host:port the pods dial
 	seq       atomic.Int64
+	swept     []string
 	stop      chan struct{}
 	stopped   sync.WaitGroup
 	once      sync.Once
@@ -84,7 +85,8 @@ func Start(ctx context.Context, cfg *rest.Config, ns, image string) (*Run, error
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	if _, err := Sweep(ctx, cs, ns); err != nil {
+	swept, err := Sweep(ctx, cs, ns)
+	if err != nil {
 		return nil, err
 	}
 	ip, err := sourceIP(cfg)
@@ -97,7 +99,7 @@ func Start(ctx context.Context, cfg *rest.Config, ns, image string) (*Run, error
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	r := &Run{cs: cs, ns: ns, image: image, id: "locksuite-" + hex.EncodeToString(b), stop: make(chan struct{})}
+	r := &Run{cs: cs, ns: ns, image: image, id: "locksuite-" + hex.EncodeToString(b), swept: swept, stop: make(chan struct{})}
 	cm, err := cs.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		Name: r.id, Labels: r.labels(""), Annotations: map[string]string{HeartbeatAnnotation: now()},
 	}}, metav1.CreateOptions{})
@@ -115,6 +117,9 @@ func Start(ctx context.Context, cfg *rest.Config, ns, image string) (*Run, error
 
 // ID is the Run's id: its ConfigMap's name and its objects' RunLabel.
 func (r *Run) ID() string { return r.id }
+
+// Swept are the ids of the stale runs Start deleted (Sweep).
+func (r *Run) Swept() []string { return r.swept }
 
 // Namespace is the Run's namespace.
 func (r *Run) Namespace() string { return r.ns }
