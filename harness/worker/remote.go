@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -186,6 +187,7 @@ func Supervise(addr, token, node string) int {
 		}
 	}()
 	exited := make(chan struct{})
+	var reported atomic.Bool // the exit sent: the coordinator may close now
 	go func() {
 		err := cmd.Wait()
 		<-relayed
@@ -194,6 +196,7 @@ func Supervise(addr, token, node string) int {
 		if errors.As(err, &ee) {
 			status = ee.ExitCode()
 		}
+		reported.Store(true)
 		send(fmt.Sprintf("%s%d", replyExit, status))
 		close(exited)
 	}()
@@ -216,6 +219,10 @@ func Supervise(addr, token, node string) int {
 			return 0
 		case line, ok := <-lines:
 			if !ok { // the coordinator is gone
+				if reported.Load() {
+					<-exited
+					return 0
+				}
 				_ = group.Kill()
 				<-exited
 				logf("the coordinator closed the connection: worker killed")
