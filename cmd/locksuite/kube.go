@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,9 +16,10 @@ import (
 
 // startKube starts --kubernetes's run in the cluster of the kubeconfig
 // (KUBECONFIG, or ~/.kube/config): the Run (kuberun.Start, which deletes
-// the stale runs of the namespace first) and its etcd pod, which the
-// servers of this process then reach through ETCDCTL_ENDPOINTS, as a
-// user's own etcd.
+// the stale runs of the namespace first), its etcd pod (the counter's
+// store, and the etcd backends' service) and, for the redis backend, its
+// Redis pod, which the servers of this process then reach through
+// ETCDCTL_ENDPOINTS and REDIS_URL, as a user's own.
 func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, error) {
 	t0 := time.Now()
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{})
@@ -48,7 +50,19 @@ func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, 
 		closeKube(r, stderr)
 		return nil, err
 	}
-	fmt.Fprintf(stderr, "locksuite: kubernetes: run %s in namespace %s, etcd pod at %s, in %v\n", r.ID(), ns, ep, time.Since(t0).Round(time.Millisecond))
+	pods := "etcd pod at " + ep
+	if slices.Contains(o.backends, "redis") {
+		u, err := r.StartRedis(ctx)
+		if err == nil {
+			err = os.Setenv("REDIS_URL", u)
+		}
+		if err != nil {
+			closeKube(r, stderr)
+			return nil, err
+		}
+		pods += ", redis pod at " + u
+	}
+	fmt.Fprintf(stderr, "locksuite: kubernetes: run %s in namespace %s, %s, in %v\n", r.ID(), ns, pods, time.Since(t0).Round(time.Millisecond))
 	return r, nil
 }
 

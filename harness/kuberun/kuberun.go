@@ -54,8 +54,16 @@ const (
 	heartbeatEvery = 5 * time.Second
 )
 
-// etcdPort is the etcd pod's client port.
-const etcdPort = 2379
+// The services' ports.
+const (
+	etcdPort  = 2379
+	redisPort = 6379
+)
+
+// RedisImage is the image of the Redis pod (StartRedis): the official
+// image's name, whose redis-server is on PATH. The harness's test imports
+// an image of Debian's redis-server under that name (kubeimage.Dynamic).
+const RedisImage = "docker.io/library/redis:7"
 
 // Run is one run's objects in a cluster: its ConfigMap (the owner of the
 // rest), the lock service's pod, the workers' pods, and the Hub that the
@@ -229,20 +237,50 @@ func (r *Run) StartEtcd(ctx context.Context) (string, error) {
 	if _, err := r.cs.Pods(r.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("kubernetes: create the etcd pod: %w", err)
 	}
-	ip, err := r.awaitIP(ctx, p.Name, 2*time.Minute)
+	addr, err := r.awaitServing(ctx, p.Name, etcdPort)
 	if err != nil {
 		return "", err
 	}
-	addr := net.JoinHostPort(ip, strconv.Itoa(etcdPort))
+	return "http://" + addr, nil
+}
+
+// StartRedis runs the lock service Redis as a pod of the Run: RedisImage's
+// redis-server on the pod's address, port 6379, without persistence
+// (--save "", --appendonly no) and without protected mode (no password:
+// the pod serves the run's clients only). It returns the URL once the
+// driver can connect to it.
+func (r *Run) StartRedis(ctx context.Context) (string, error) {
+	p := r.pod(r.id+"-redis", "redis", nil, []string{"--port", strconv.Itoa(redisPort), "--protected-mode", "no", "--save", "", "--appendonly", "no"})
+	p.Spec.Containers[0].Image = RedisImage
+	p.Spec.Containers[0].Command = []string{"redis-server"}
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "redis", ContainerPort: redisPort}}
+	if _, err := r.cs.Pods(r.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("kubernetes: create the redis pod: %w", err)
+	}
+	addr, err := r.awaitServing(ctx, p.Name, redisPort)
+	if err != nil {
+		return "", err
+	}
+	return "redis://" + addr, nil
+}
+
+// awaitServing waits until pod name runs and this process connects to its
+// port, and returns its address.
+func (r *Run) awaitServing(ctx context.Context, name string, port int) (string, error) {
+	ip, err := r.awaitIP(ctx, name, 2*time.Minute)
+	if err != nil {
+		return "", err
+	}
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
 	deadline := time.Now().Add(time.Minute)
 	for {
 		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err == nil {
 			c.Close()
-			return "http://" + addr, nil
+			return addr, nil
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("kubernetes: the etcd pod %s at %s: this process cannot connect to it (the driver must reach the pods' addresses): %w; its log: %s", p.Name, addr, err, r.podLog(p.Name))
+			return "", fmt.Errorf("kubernetes: the pod %s at %s: this process cannot connect to it (the driver must reach the pods' addresses): %w; its log: %s", name, addr, err, r.podLog(name))
 		}
 		if err := sleep(ctx, 200*time.Millisecond); err != nil {
 			return "", err
