@@ -61,6 +61,28 @@ func TestWrite(t *testing.T) {
 	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH || !slices.Equal(cf.Config.Entrypoint, []string{"/pause", "-x"}) {
 		t.Errorf("config: os %q, architecture %q, entrypoint %q: want linux, %s, [/pause -x]", cf.OS, cf.Architecture, cf.Config.Entrypoint, runtime.GOARCH)
 	}
+	var names []string
+	for _, e := range layerEntries(t, img) {
+		names = append(names, e.name)
+		if e.name == "pause" && (e.mode != 0o755 || !bytes.Equal(e.data, want)) {
+			t.Errorf("/pause in the layer: mode %o, %d bytes: want 755 and the %d bytes of %s", e.mode, len(e.data), len(want), bin)
+		}
+	}
+	if !slices.Equal(names, []string{"pause"}) {
+		t.Errorf("layer entries %q, want [pause]", names)
+	}
+}
+
+// entry is one entry of an image's layer.
+type entry struct {
+	name string
+	mode int64
+	data []byte
+}
+
+// layerEntries are the entries of img's one layer, in their order.
+func layerEntries(t *testing.T, img v1.Image) []entry {
+	t.Helper()
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
 		t.Fatalf("%d layers (%v), want 1", len(layers), err)
@@ -71,23 +93,17 @@ func TestWrite(t *testing.T) {
 	}
 	defer rc.Close()
 	tr := tar.NewReader(rc)
-	var names []string
+	var out []entry
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return out
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, h.Name)
-		got, _ := io.ReadAll(tr)
-		if h.Name == "pause" && (h.Mode != 0o755 || !bytes.Equal(got, want)) {
-			t.Errorf("/pause in the layer: mode %o, %d bytes: want 755 and the %d bytes of %s", h.Mode, len(got), len(want), bin)
-		}
-	}
-	if !slices.Equal(names, []string{"pause"}) {
-		t.Errorf("layer entries %q, want [pause]", names)
+		data, _ := io.ReadAll(tr)
+		out = append(out, entry{h.Name, h.Mode, data})
 	}
 }
 
@@ -151,27 +167,9 @@ func TestWriteTree(t *testing.T) {
 	if !slices.Equal(cf.Config.Entrypoint, []string{"redis-server"}) || !slices.Contains(cf.Config.Env, "PATH=/usr/local/bin:/usr/bin:/bin") {
 		t.Errorf("entrypoint %q, env %q", cf.Config.Entrypoint, cf.Config.Env)
 	}
-	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("%d layers (%v), want 1", len(layers), err)
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
 	var entries []string
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _ := io.ReadAll(tr)
-		entries = append(entries, fmt.Sprintf("%s %o %s", h.Name, h.Mode, got))
+	for _, e := range layerEntries(t, img) {
+		entries = append(entries, fmt.Sprintf("%s %o %s", e.name, e.mode, e.data))
 	}
 	want := []string{"lib/ 755 ", "lib/x/ 755 ", "usr/ 755 ", "usr/bin/ 755 ", "lib/x/libb.so 755 BB", "usr/bin/redis-server 755 A"}
 	if !slices.Equal(entries, want) {
