@@ -144,6 +144,11 @@ func TestKubernetesRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		awaitWorkerPods(ctx, t, c)
+		if sig == os.Kill {
+			// Let the driver renew its heartbeat twice (every 5 s) before
+			// it dies, so that its ConfigMap shows the renewal.
+			time.Sleep(11 * time.Second)
+		}
 		if err := cmd.Process.Signal(sig); err != nil {
 			t.Fatal(err)
 		}
@@ -153,9 +158,12 @@ func TestKubernetesRun(t *testing.T) {
 			assertNothingLeft(ctx, t, c)
 			continue
 		}
-		killed := runsLeft(ctx, t, c)
+		killed, renewed := runsLeft(ctx, t, c)
 		if len(killed) != 1 {
 			t.Fatalf("after SIGKILL: runs left %v, want one", killed)
+		}
+		if renewed[0] < 5*time.Second {
+			t.Errorf("the killed run's heartbeat was renewed %v after its ConfigMap was made, want at least 5 s (it ran %v)", renewed[0], 11*time.Second)
 		}
 		time.Sleep(kuberun.StaleAfter)
 		next := exec.Command(bin, "run", "--kubernetes", "--image", image, "--namespace", c.Namespace(), "--backends", "etcd",
@@ -197,8 +205,9 @@ func awaitWorkerPods(ctx context.Context, t *testing.T, c *servers.KubeCluster) 
 	t.Fatal("no worker pod running after 2 minutes")
 }
 
-// runsLeft are the ids of the runs whose ConfigMap is in c's namespace.
-func runsLeft(ctx context.Context, t *testing.T, c *servers.KubeCluster) []string {
+// runsLeft are the ids of the runs whose ConfigMap is in c's namespace,
+// and how long after its creation each one's heartbeat was last renewed.
+func runsLeft(ctx context.Context, t *testing.T, c *servers.KubeCluster) ([]string, []time.Duration) {
 	t.Helper()
 	cs, err := corev1client.NewForConfig(c.RestConfig())
 	if err != nil {
@@ -209,10 +218,16 @@ func runsLeft(ctx context.Context, t *testing.T, c *servers.KubeCluster) []strin
 		t.Fatal(err)
 	}
 	var ids []string
+	var renewed []time.Duration
 	for _, cm := range cms.Items {
 		ids = append(ids, cm.Labels[kuberun.RunLabel])
+		hb, err := time.Parse(time.RFC3339, cm.Annotations[kuberun.HeartbeatAnnotation])
+		if err != nil {
+			t.Errorf("run %s: heartbeat %q: %v", cm.Name, cm.Annotations[kuberun.HeartbeatAnnotation], err)
+		}
+		renewed = append(renewed, hb.Sub(cm.CreationTimestamp.Time))
 	}
-	return ids
+	return ids, renewed
 }
 
 // runKubeCLI runs the CLI bin with args and --json, started with start (nil:
