@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/url"
 	"strconv"
@@ -354,8 +355,8 @@ func (r *Run) podLog(name string) string {
 // its container's PID 1 is the supervisor (worker.Supervise), which runs
 // the image's binary with argv's arguments (argv[0], this binary's path
 // here, is the image's entrypoint there) and env as the worker, and
-// connects to this process's Hub. The workers of one chaos run (the ids
-// from 0) are spread over the nodes (a topology spread constraint on
+// connects to this process's Hub. The workers of one chaos run (those of
+// the same Spec.Key) are spread over the nodes (a topology spread constraint on
 // kubernetes.io/hostname, maxSkew 1). logPath is not used: Log reads the
 // pod's log.
 func (r *Run) Start(spec worker.Spec, argv, env []string, _ string) (worker.Process, error) {
@@ -364,8 +365,11 @@ func (r *Run) Start(spec worker.Spec, argv, env []string, _ string) (worker.Proc
 		return nil, err
 	}
 	n := r.seq.Add(1)
-	// The workers of one chaos run start from id 0: one group each.
-	group := fmt.Sprintf("%s-%d", r.id, n-int64(spec.ID))
+	// The workers of one chaos run share its key (chaos runs may start
+	// their workers at the same time): a label value of it.
+	h := fnv.New32a()
+	h.Write([]byte(spec.Key))
+	group := fmt.Sprintf("%s-%08x", r.id, h.Sum32())
 	name := fmt.Sprintf("%s-w%d", r.id, n)
 	rem, token := r.hub.Expect(spec.ID, func() string { return r.podLog(name) })
 	vars := []corev1.EnvVar{{Name: worker.SupervisorEnv, Value: r.advertise + " " + token}, {Name: worker.EnvVar, Value: string(b)}}
