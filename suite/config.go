@@ -11,6 +11,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/tlsdial"
 )
 
@@ -175,6 +176,12 @@ type Config struct {
 	// suite/local sets REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR and
 	// ETCDCTL_ENDPOINTS here. Default empty.
 	WorkerEnv []string
+	// WorkerStarter, if not nil, starts the chaos scenarios' workers
+	// instead of running them as processes of this machine: locksuite run
+	// --kubernetes starts each as a pod (harness/kuberun). The workers it
+	// starts run this binary's worker with the same arguments and
+	// WorkerEnv. Default nil: processes of this machine (worker.Local).
+	WorkerStarter worker.Starter
 	// Artifacts, if not empty, is a directory (created if missing) where
 	// every scenario run leaves two files named after its key: its history,
 	// a report.Timeline as JSON (the row with its seed, every critical

@@ -36,7 +36,7 @@ func holderFault(h run.Holder) func(*Config, *run.Setup) run.Load {
 // section asks for one.
 func workers(faulted, stalls bool) func(*Config, *run.Setup) run.Load {
 	return func(c *Config, _ *run.Setup) run.Load {
-		w := &run.Workers{Target: target(c), Argv: c.workerArgv, Env: c.WorkerEnv, Count: c.Chaos.Workers, For: c.Chaos.Duration}
+		w := &run.Workers{Target: target(c), Argv: c.workerArgv, Env: c.WorkerEnv, Count: c.Chaos.Workers, For: c.Chaos.Duration, Starter: c.WorkerStarter}
 		if w.Argv == nil {
 			w.Argv = workerArgv("")
 		}

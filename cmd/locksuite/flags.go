@@ -44,6 +44,10 @@ type options struct {
 	pauses        int
 	seed          uint64
 	chaosDuration time.Duration
+
+	kubernetes bool   // --kubernetes: the service and the workers as pods
+	namespace  string // --namespace
+	image      string // --image
 }
 
 func parseList(flagName, v string, allowed []string) ([]string, error) {
@@ -117,6 +121,9 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the fault schedule (default random; every row prints its seed)")
 	fs.DurationVar(&o.chaosDuration, "chaos-duration", 0, chaosDurationHelp())
 	fs.StringVar(&o.progress, "progress", "auto", "progress on stderr (the scenario, its elapsed and planned time, violations so far): auto rewrites one line on a terminal and prints a line every 5s otherwise; a `DURATION` prints a line that often; off")
+	fs.BoolVar(&o.kubernetes, "kubernetes", false, "run the lock service (etcd or redis, for now) and the chaos workers as pods of the Kubernetes cluster of your kubeconfig (KUBECONFIG, or ~/.kube/config); this process stays outside the cluster and must reach the pods' addresses; needs --image (see docs/kubernetes.md; default: the services and workers on this machine)")
+	fs.StringVar(&o.namespace, "namespace", "", "with --kubernetes: the `NAMESPACE` of the pods (default: the kubeconfig context's, else default)")
+	fs.StringVar(&o.image, "image", "", "with --kubernetes: the locksuite `IMAGE` the pods run, of this binary's version (built from the repository's Dockerfile, or written with harness/kubeimage; default: none, --kubernetes needs it)")
 	fs.StringVar(&o.log, "log", "", "write the Ginkgo spec log to `FILE` (default: a temporary file, named at the end)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: locksuite run [flags]
@@ -165,6 +172,9 @@ Flags:
 	if o.backends, err = parseBackends(*backends); err != nil {
 		return o, err
 	}
+	if err := checkKubernetes(o, *backends); err != nil {
+		return o, err
+	}
 	if strings.TrimSpace(*backends) == "all" {
 		o.backends = local.Names // clusters only when named
 	}
@@ -205,4 +215,33 @@ Flags:
 		return o, &usageError{fmt.Sprintf("--chaos-duration %v: it must be positive", o.chaosDuration)}
 	}
 	return o, nil
+}
+
+// kubeBackends are the backends --kubernetes runs: those whose service
+// runs as a pod (etcd's, and Redis's adapter).
+var kubeBackends = []string{"etcd", "etcd-mutex", "redis"}
+
+// checkKubernetes checks --kubernetes, --namespace and --image together.
+func checkKubernetes(o options, backends string) error {
+	if !o.kubernetes {
+		if o.namespace != "" || o.image != "" {
+			return &usageError{"--namespace and --image go with --kubernetes: add --kubernetes, or drop them"}
+		}
+		return nil
+	}
+	if o.image == "" {
+		return &usageError{"--kubernetes needs --image: the locksuite image of this version that the pods run (docker build -t REGISTRY/locksuite:TAG . and push it, or see docs/kubernetes.md)"}
+	}
+	if o.store == "postgres" {
+		return &usageError{"--kubernetes keeps the counter in the etcd pod: drop --store postgres"}
+	}
+	if strings.TrimSpace(backends) == "all" {
+		return &usageError{"--kubernetes runs " + strings.Join(kubeBackends, ",") + " only, for now: give --backends etcd,redis"}
+	}
+	for _, b := range o.backends {
+		if !slices.Contains(kubeBackends, b) {
+			return &usageError{fmt.Sprintf("--kubernetes runs %s only, for now: drop %s from --backends", strings.Join(kubeBackends, ","), b)}
+		}
+	}
+	return nil
 }

@@ -20,8 +20,8 @@ import (
 // TestHelp: each help exits 0 and says what the command does, gives an
 // example and names every flag with its default.
 func TestHelp(t *testing.T) {
-	runFlags := []string{"artifacts", "backends", "chaos-duration", "clients", "duration", "fencing", "html", "interval", "json",
-		"junit", "keep-broken", "lease", "log", "long-lease", "markdown", "pause", "pauses", "progress", "repeat", "rows", "scenarios",
+	runFlags := []string{"artifacts", "backends", "chaos-duration", "clients", "duration", "fencing", "html", "image", "interval", "json",
+		"junit", "keep-broken", "kubernetes", "lease", "log", "long-lease", "markdown", "namespace", "pause", "pauses", "progress", "repeat", "rows", "scenarios",
 		"seed", "stall-every", "store", "workers"}
 	sweepFlags := []string{"backend", "count", "fencing", "html", "leases", "pauses", "seed"}
 	diffFlags := []string{"all", "as", "markdown"}

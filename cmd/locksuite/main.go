@@ -14,11 +14,16 @@ import (
 	"io"
 	"os"
 
+	"github.com/locksuite/locksuite/harness/worker"
+
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 )
 
 func main() {
+	// The PID 1 of a worker's pod (locksuite run --kubernetes) supervises
+	// the worker, this binary again, and exits.
+	worker.SuperviseIfAsked()
 	// go-redis logs every Sentinel failover it follows on stderr, which
 	// carries the CLI's own messages; the rows report the failover.
 	goredis.SetLogger(&logging.VoidLogger{})

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/kuberun"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/tempdir"
@@ -45,7 +46,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if slices.ContainsFunc(o.scenarios, func(s string) bool { return slices.Contains(suite.Names(suite.FamilyCrash), s) }) {
 		lopts = append(lopts, local.WithCrash())
 	}
-	if spec, isWorker, _ := worker.FromEnv(); isWorker {
+	spec, isWorker, _ := worker.FromEnv()
+	var kube *kuberun.Run
+	if o.kubernetes && !isWorker {
+		if kube, err = startKube(ctx, o, stderr); err != nil {
+			return err
+		}
+		defer closeKube(kube, stderr)
+		lopts = append(lopts, local.WithStore("etcd"))
+	}
+	if isWorker {
 		// A chaos worker needs its own Config's backend only, and its
 		// coordinator's counter store: not a probe of every named server.
 		if name, _, ok := strings.Cut(spec.Target, "/fenced="); ok && slices.Contains(o.backends, name) {
@@ -90,6 +100,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		for _, f := range o.fencing {
 			cfg := configure(env.Config(n, f), o, art.dir)
 			cfg.WorkerEnv = append(cfg.WorkerEnv, workerStoreEnv+"="+env.Store)
+			if kube != nil {
+				cfg.WorkerStarter = kube
+			}
 			cfg.Report = func(r report.Row) { // from each spec, one after another
 				res.add(r)
 				if prog != nil {

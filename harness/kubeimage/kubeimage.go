@@ -11,10 +11,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,7 +56,8 @@ func Static(ctx context.Context, dir, pkg string) (string, error) {
 // (a tar of oci-layout, index.json and blobs/), which `ctr images import`,
 // `docker load` (Docker 25 and later), `kind load image-archive` and
 // `skopeo copy oci-archive:` read. The index names the image with the
-// annotations io.containerd.image.name (ref) and
+// annotations io.containerd.image.name (ref in full, as containerd names
+// it: docker.io/library/redis:7 for redis:7) and
 // org.opencontainers.image.ref.name (its tag). The image is one layer
 // holding the file bin at /<its base name> (mode 0755, owned by root) and
 // nothing else; its entrypoint is that file followed by args, for
@@ -65,6 +68,12 @@ func Write(path, ref, bin string, args ...string) error {
 	if err != nil {
 		return err
 	}
+	return writeImage(path, img, tag)
+}
+
+// writeImage writes img, named tag, to path as Write describes.
+func writeImage(path string, img v1.Image, tag name.Tag) error {
+	ref := tag.String()
 	dir, err := os.MkdirTemp(filepath.Dir(path), ".kubeimage-")
 	if err != nil {
 		return fmt.Errorf("kubeimage: %w", err)
@@ -74,8 +83,14 @@ func Write(path, ref, bin string, args ...string) error {
 	if err != nil {
 		return fmt.Errorf("kubeimage: %w", err)
 	}
+	// containerd and the kubelet name Docker Hub's images docker.io/...,
+	// go-containerregistry index.docker.io/...
+	full := tag.Name()
+	if tag.RegistryStr() == name.DefaultRegistry {
+		full = "docker.io/" + strings.TrimPrefix(full, name.DefaultRegistry+"/")
+	}
 	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":          tag.Name(),
+		"io.containerd.image.name":          full,
 		"org.opencontainers.image.ref.name": tag.TagStr(),
 	})); err != nil {
 		return fmt.Errorf("kubeimage: %s: %w", ref, err)
@@ -88,11 +103,51 @@ func Write(path, ref, bin string, args ...string) error {
 
 // Image is the image Write writes, and ref parsed.
 func Image(ref, bin string, args ...string) (v1.Image, name.Tag, error) {
+	return treeImage(ref, map[string]string{"/" + filepath.Base(bin): bin}, "/", append([]string{"/" + filepath.Base(bin)}, args...))
+}
+
+// WriteTree writes, as Write does, an image whose one layer holds the files
+// of files (each file's path in the image, absolute, to the file of this
+// machine whose content it gets, symbolic links followed; mode 0755, owned
+// by root) and the directories above them, whose entrypoint is entrypoint
+// and whose PATH is /usr/local/bin:/usr/bin:/bin. With Dynamic's files, it
+// is an image of a dynamically linked program of this machine.
+func WriteTree(path, ref string, files map[string]string, entrypoint ...string) error {
+	img, tag, err := treeImage(ref, files, "/usr/local/bin:/usr/bin:/bin", entrypoint)
+	if err != nil {
+		return err
+	}
+	return writeImage(path, img, tag)
+}
+
+// Dynamic is the files of program bin of this machine, a dynamically linked
+// executable, for WriteTree: bin itself at image path as, and every shared
+// library ldd lists for it (the dynamic loader included) at its own path.
+func Dynamic(ctx context.Context, bin, as string) (map[string]string, error) {
+	out, err := exec.CommandContext(ctx, "ldd", bin).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("kubeimage: ldd %s: %w: %s", bin, err, bytes.TrimSpace(out))
+	}
+	files := map[string]string{as: bin}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/") {
+			files[f[2]] = f[2] // libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)
+		} else if len(f) >= 1 && strings.HasPrefix(f[0], "/") {
+			files[f[0]] = f[0] // /lib64/ld-linux-x86-64.so.2 (0x...)
+		}
+	}
+	return files, nil
+}
+
+// treeImage is an image of files (see WriteTree) with entrypoint and PATH
+// path, for linux/GOARCH of this process.
+func treeImage(ref string, files map[string]string, path string, entrypoint []string) (v1.Image, name.Tag, error) {
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		return nil, tag, fmt.Errorf("kubeimage: image name %q: %w (want a reference with a tag, such as localhost/locksuite/pause:1)", ref, err)
 	}
-	layer, err := fileLayer(bin)
+	layer, err := treeLayer(files)
 	if err != nil {
 		return nil, tag, err
 	}
@@ -107,8 +162,8 @@ func Image(ref, bin string, args ...string) (v1.Image, name.Tag, error) {
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Entrypoint = append([]string{"/" + filepath.Base(bin)}, args...)
-	cf.Config.Env = []string{"PATH=/"}
+	cf.Config.Entrypoint = entrypoint
+	cf.Config.Env = []string{"PATH=" + path}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return nil, tag, fmt.Errorf("kubeimage: %s: %w", ref, err)
 	}
@@ -166,22 +221,38 @@ func tarDir(path, dir string) error {
 	return err
 }
 
-// fileLayer is an OCI layer (gzip-compressed) whose only entry is bin, at
-// /<base name>.
-func fileLayer(bin string) (v1.Layer, error) {
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		return nil, fmt.Errorf("kubeimage: %w", err)
-	}
+// treeLayer is an OCI layer (gzip-compressed) of files (see WriteTree):
+// its directories (mode 0755), then its files, in the order of their
+// paths.
+func treeLayer(files map[string]string) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	hdr := &tar.Header{Name: filepath.Base(bin), Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(b)),
-		ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return nil, fmt.Errorf("kubeimage: %w", err)
+	dirs := map[string]bool{}
+	names := slices.Sorted(maps.Keys(files))
+	for _, n := range names {
+		rel := strings.TrimPrefix(filepath.Clean("/"+n), "/")
+		for d := filepath.Dir(rel); d != "." && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
 	}
-	if _, err := tw.Write(b); err != nil {
-		return nil, fmt.Errorf("kubeimage: %w", err)
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}); err != nil {
+			return nil, fmt.Errorf("kubeimage: %w", err)
+		}
+	}
+	for _, n := range names {
+		b, err := os.ReadFile(files[n])
+		if err != nil {
+			return nil, fmt.Errorf("kubeimage: %w", err)
+		}
+		hdr := &tar.Header{Name: strings.TrimPrefix(filepath.Clean("/"+n), "/"), Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(b)),
+			ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, fmt.Errorf("kubeimage: %w", err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			return nil, fmt.Errorf("kubeimage: %w", err)
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, fmt.Errorf("kubeimage: %w", err)

@@ -50,7 +50,7 @@ func TestWrite(t *testing.T) {
 	if err := Write(path, ref, bin, "-x"); err != nil {
 		t.Fatal(err)
 	}
-	img := readArchive(t, path, ref)
+	img := readArchive(t, path, ref, ref)
 	if mt, err := img.MediaType(); err != nil || mt != types.OCIManifestSchema1 {
 		t.Errorf("manifest media type %q (%v), want %q", mt, err, types.OCIManifestSchema1)
 	}
@@ -61,6 +61,28 @@ func TestWrite(t *testing.T) {
 	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH || !slices.Equal(cf.Config.Entrypoint, []string{"/pause", "-x"}) {
 		t.Errorf("config: os %q, architecture %q, entrypoint %q: want linux, %s, [/pause -x]", cf.OS, cf.Architecture, cf.Config.Entrypoint, runtime.GOARCH)
 	}
+	var names []string
+	for _, e := range layerEntries(t, img) {
+		names = append(names, e.name)
+		if e.name == "pause" && (e.mode != 0o755 || !bytes.Equal(e.data, want)) {
+			t.Errorf("/pause in the layer: mode %o, %d bytes: want 755 and the %d bytes of %s", e.mode, len(e.data), len(want), bin)
+		}
+	}
+	if !slices.Equal(names, []string{"pause"}) {
+		t.Errorf("layer entries %q, want [pause]", names)
+	}
+}
+
+// entry is one entry of an image's layer.
+type entry struct {
+	name string
+	mode int64
+	data []byte
+}
+
+// layerEntries are the entries of img's one layer, in their order.
+func layerEntries(t *testing.T, img v1.Image) []entry {
+	t.Helper()
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
 		t.Fatalf("%d layers (%v), want 1", len(layers), err)
@@ -71,29 +93,23 @@ func TestWrite(t *testing.T) {
 	}
 	defer rc.Close()
 	tr := tar.NewReader(rc)
-	var names []string
+	var out []entry
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return out
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, h.Name)
-		got, _ := io.ReadAll(tr)
-		if h.Name == "pause" && (h.Mode != 0o755 || !bytes.Equal(got, want)) {
-			t.Errorf("/pause in the layer: mode %o, %d bytes: want 755 and the %d bytes of %s", h.Mode, len(got), len(want), bin)
-		}
-	}
-	if !slices.Equal(names, []string{"pause"}) {
-		t.Errorf("layer entries %q, want [pause]", names)
+		data, _ := io.ReadAll(tr)
+		out = append(out, entry{h.Name, h.Mode, data})
 	}
 }
 
 // readArchive extracts the OCI layout archive at path and returns the
-// image its index names ref.
-func readArchive(t *testing.T, path, ref string) v1.Image {
+// image its index names ref, containerd's name for it full.
+func readArchive(t *testing.T, path, ref, full string) v1.Image {
 	t.Helper()
 	dir := t.TempDir()
 	out, err := exec.Command("tar", "-xf", path, "-C", dir).CombinedOutput()
@@ -117,8 +133,8 @@ func readArchive(t *testing.T, path, ref string) v1.Image {
 	}
 	d := m.Manifests[0]
 	tag, _ := name.NewTag(ref)
-	if got := d.Annotations["io.containerd.image.name"]; got != tag.Name() {
-		t.Errorf("io.containerd.image.name %q, want %q", got, tag.Name())
+	if got := d.Annotations["io.containerd.image.name"]; got != full {
+		t.Errorf("io.containerd.image.name %q, want %q", got, full)
 	}
 	if got := d.Annotations["org.opencontainers.image.ref.name"]; got != tag.TagStr() {
 		t.Errorf("org.opencontainers.image.ref.name %q, want %q", got, tag.TagStr())
@@ -128,6 +144,37 @@ func readArchive(t *testing.T, path, ref string) v1.Image {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// TestWriteTree writes an image of two files under directories, named as
+// Docker Hub's, and reads back its name (containerd's docker.io/...), its
+// layer's entries and its entrypoint.
+func TestWriteTree(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	if err := errors.Join(os.WriteFile(a, []byte("A"), 0o600), os.WriteFile(b, []byte("BB"), 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "tree.tar")
+	if err := WriteTree(path, "redis:7", map[string]string{"/usr/bin/redis-server": a, "/lib/x/libb.so": b}, "redis-server"); err != nil {
+		t.Fatal(err)
+	}
+	img := readArchive(t, path, "redis:7", "docker.io/library/redis:7")
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cf.Config.Entrypoint, []string{"redis-server"}) || !slices.Contains(cf.Config.Env, "PATH=/usr/local/bin:/usr/bin:/bin") {
+		t.Errorf("entrypoint %q, env %q", cf.Config.Entrypoint, cf.Config.Env)
+	}
+	var entries []string
+	for _, e := range layerEntries(t, img) {
+		entries = append(entries, fmt.Sprintf("%s %o %s", e.name, e.mode, e.data))
+	}
+	want := []string{"lib/ 755 ", "lib/x/ 755 ", "usr/ 755 ", "usr/bin/ 755 ", "lib/x/libb.so 755 BB", "usr/bin/redis-server 755 A"}
+	if !slices.Equal(entries, want) {
+		t.Errorf("layer entries %q, want %q", entries, want)
+	}
 }
 
 // TestWriteBadName: a reference without a valid name is refused with an

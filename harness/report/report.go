@@ -58,13 +58,17 @@ type Row struct {
 	// the same schedule), the faults injected, their length, the pauses as
 	// they happened, and availability: accepted writes per second and the
 	// longest any client waited for the lock.
-	Seed         uint64  `json:"seed,omitempty"`
-	Workers      int     `json:"workers,omitempty"`
-	Faults       int     `json:"faults,omitempty"`
-	PauseMS      int64   `json:"pause_ms,omitempty"`
-	Schedule     string  `json:"schedule,omitempty"`
-	WritesPerSec float64 `json:"writes_per_sec,omitempty"`
-	MaxWaitMS    int64   `json:"max_wait_ms,omitempty"`
+	Seed    uint64 `json:"seed,omitempty"`
+	Workers int    `json:"workers,omitempty"`
+	// Nodes are the nodes the chaos workers ran on, by worker (their
+	// pods' nodes under locksuite run --kubernetes); empty when they ran
+	// on this machine.
+	Nodes        []string `json:"nodes,omitempty"`
+	Faults       int      `json:"faults,omitempty"`
+	PauseMS      int64    `json:"pause_ms,omitempty"`
+	Schedule     string   `json:"schedule,omitempty"`
+	WritesPerSec float64  `json:"writes_per_sec,omitempty"`
+	MaxWaitMS    int64    `json:"max_wait_ms,omitempty"`
 	// Stuck counts the critical sections after the lock service
 	// restarted (the crash scenarios) that did not write: refused by a
 	// fenced store (a fence counter that went back with the restart
@@ -156,21 +160,37 @@ func onOff(b bool) string {
 	return "off"
 }
 
-// WriteTable prints rows as an aligned table.
+// WriteTable prints rows as an aligned table, with a NODES column (the
+// workers' nodes, Row.Nodes) when a row has them.
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "BACKEND\tFENCING\tSCENARIO\tWRITES\tCOUNTER\tLOST\tOVERLAPS\tREJECTED\tLEASE\tTIME\tVERDICT")
+	// NODES, the workers' nodes, only when some run has them (Row.Nodes).
+	withNodes := slices.ContainsFunc(rows, func(r Row) bool { return len(r.Nodes) > 0 })
+	nodes := func(r Row) string {
+		if !withNodes {
+			return ""
+		}
+		if len(r.Nodes) == 0 {
+			return "\t-"
+		}
+		return "\t" + strings.Join(r.Nodes, ",")
+	}
+	header := "BACKEND\tFENCING\tSCENARIO\tWRITES\tCOUNTER\tLOST\tOVERLAPS\tREJECTED\tLEASE\tTIME"
+	if withNodes {
+		header += "\tNODES"
+	}
+	fmt.Fprintln(tw, header+"\tVERDICT")
 	for _, r := range rows {
 		verdict := string(r.Verdict)
 		if r.Reason != "" && (r.Verdict != Kept || r.Stuck > 0) {
 			verdict += ": " + r.Reason
 		}
 		if r.Verdict == Skipped {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\t%s\n", r.Backend, onOff(r.Fencing), r.Scenario, verdict)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-%s\t%s\n", r.Backend, onOff(r.Fencing), r.Scenario, nodes(r), verdict)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%dms\t%dms\t%s\n", r.Backend, onOff(r.Fencing), r.Scenario,
-			r.Writes, r.Counter, r.Lost, r.Overlaps, r.Rejected, r.LeaseMS, r.DurationMS, verdict)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%dms\t%dms%s\t%s\n", r.Backend, onOff(r.Fencing), r.Scenario,
+			r.Writes, r.Counter, r.Lost, r.Overlaps, r.Rejected, r.LeaseMS, r.DurationMS, nodes(r), verdict)
 	}
 	return tw.Flush()
 }

@@ -37,8 +37,12 @@ type Workers struct {
 	// Pause is how long each stall lasts, and the length of each pause or
 	// stall as the row reports it (Row.PauseMS; 0: none).
 	Pause time.Duration
+	// Starter starts the workers (nil: processes of this machine,
+	// worker.Local). A worker with a Node method (worker.Remote) names
+	// its node in the row (Row.Nodes).
+	Starter worker.Starter
 
-	procs   []*worker.Proc
+	procs   []worker.Process
 	events  chan worker.Event
 	holding *holders
 }
@@ -97,12 +101,16 @@ func (w *Workers) Prepare(ctx context.Context, fx *Fixture) error {
 	})
 	w.events = make(chan worker.Event, 4096)
 	w.holding = &holders{by: map[int]bool{}}
+	starter := w.Starter
+	if starter == nil {
+		starter = worker.Local{}
+	}
 	for id := range w.Count {
 		spec := worker.Spec{
 			Target: w.Target, ID: id, Key: fx.Key, Lease: fx.Lease,
 			Store: fx.Key, Fenced: fx.Fenced, Work: fx.Work, Base: fx.Rec.Base(), StallEvery: w.StallEvery,
 		}
-		p, err := worker.Start(spec, w.Argv, w.Env, filepath.Join(logDir, fmt.Sprintf("worker-%d.log", id)))
+		p, err := starter.Start(spec, w.Argv, w.Env, filepath.Join(logDir, fmt.Sprintf("worker-%d.log", id)))
 		if err != nil {
 			return err
 		}
@@ -112,7 +120,7 @@ func (w *Workers) Prepare(ctx context.Context, fx *Fixture) error {
 			// A worker that reports something invalid is an error of the
 			// run, not a worker that never finishes.
 			if err := p.Events(w.events); err != nil {
-				w.events <- worker.Event{Kind: "error", Client: p.ID, Err: strings.TrimPrefix(err.Error(), fmt.Sprintf("worker %d: ", p.ID))}
+				w.events <- worker.Event{Kind: "error", Client: id, Err: strings.TrimPrefix(err.Error(), fmt.Sprintf("worker %d: ", id))}
 			}
 		}()
 	}
@@ -136,10 +144,10 @@ func (w *Workers) ready(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		for _, p := range w.procs {
+		for id, p := range w.procs {
 			select {
 			case <-p.Done():
-				return fmt.Errorf("worker %d exited before starting: %s", p.ID, p.Log())
+				return fmt.Errorf("worker %d exited before starting: %s", id, p.Log())
 			default:
 			}
 		}
@@ -221,6 +229,7 @@ loop: // the recorder: the workers' events
 		r.Workers = w.Count
 		r.Faults = fx.Log.Injected()
 		r.PauseMS = w.Pause.Milliseconds()
+		r.Nodes = w.nodes()
 		availability(r, fx.Rec, elapsed)
 	}}
 	if firstErr != nil {
@@ -260,6 +269,21 @@ func (w *Workers) stall(ctx context.Context, fx *Fixture, f faults.Fault, id int
 	}
 	_ = wait.For(ctx, w.Pause)
 	return heal()
+}
+
+// nodes are the nodes the workers ran on, by worker, if they say
+// (worker.Remote's Node); nil for processes of this machine.
+func (w *Workers) nodes() []string {
+	var out []string
+	for _, p := range w.procs {
+		if n, ok := p.(interface{ Node() string }); ok && n.Node() != "" {
+			out = append(out, n.Node())
+		}
+	}
+	if len(out) != len(w.procs) {
+		return nil
+	}
+	return out
 }
 
 // end ends the workers (after a grace period for their last sections when
