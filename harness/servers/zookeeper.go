@@ -56,8 +56,10 @@ func zkCommand(cfg string) ([]string, error) {
 	}
 	return []string{java,
 		// A small heap and the serial collector: a throwaway server on a
-		// shared machine; no JIT beyond C1, which starts faster.
-		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		// shared machine; no JIT beyond C1, which starts faster; no
+		// performance data file (the JVM's /tmp/hsperfdata_<user>, which
+		// a killed server would leave behind).
+		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
