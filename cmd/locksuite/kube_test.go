@@ -50,16 +50,9 @@ func TestKubernetesRun(t *testing.T) {
 	defer c.Stop()
 
 	dir := t.TempDir()
-	bin, err := kubeimage.Static(ctx, dir, "github.com/locksuite/locksuite/cmd/locksuite")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const image = "localhost/locksuite/cli:kubernetes-test"
-	tarball := filepath.Join(dir, "locksuite.tar")
-	if err := kubeimage.Write(tarball, image, bin); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ImportImage(ctx, tarball); err != nil {
+	bin, err := c.ImportProgram(ctx, "github.com/locksuite/locksuite/cmd/locksuite", image)
+	if err != nil {
 		t.Fatal(err)
 	}
 	// Redis: Debian's redis-server and its libraries, under the official

@@ -145,6 +145,28 @@ func (c *KubeCluster) ImportImage(ctx context.Context, path string) error {
 	return nil
 }
 
+// ImportProgram builds the Go main package pkg as a static binary
+// (kubeimage.Static: an import path, or a directory resolved in the current
+// directory's module), writes it as the one-layer image ref
+// (kubeimage.Write: the binary is its entrypoint, args after it) and
+// imports that into every node (ImportImage). It returns the binary's
+// path, which this machine can run too: the binary and the archive are in
+// the cluster's directory until Stop.
+func (c *KubeCluster) ImportProgram(ctx context.Context, pkg, ref string, args ...string) (bin string, err error) {
+	dir, err := os.MkdirTemp(c.dir, "image-")
+	if err != nil {
+		return "", err
+	}
+	if bin, err = kubeimage.Static(ctx, dir, pkg); err != nil {
+		return "", err
+	}
+	tar := filepath.Join(dir, "image.tar")
+	if err := kubeimage.Write(tar, ref, bin, args...); err != nil {
+		return "", err
+	}
+	return bin, c.ImportImage(ctx, tar)
+}
+
 func (n *kubeNode) importImage(ctx context.Context, path string) error {
 	ctr, err := exec.LookPath("ctr")
 	if err != nil {

@@ -4,10 +4,7 @@ import (
 	"context"
 	"log"
 	"net"
-	"os"
-	"path/filepath"
 
-	"github.com/locksuite/locksuite/harness/kubeimage"
 	"github.com/locksuite/locksuite/harness/servers"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,20 +22,8 @@ func ExampleStartKubeCluster() {
 	}
 	defer c.Stop()
 
-	dir, err := os.MkdirTemp("", "images-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	bin, err := kubeimage.Static(ctx, dir, "github.com/locksuite/locksuite/cmd/locksuite") // CGO_ENABLED=0
-	if err != nil {
-		log.Fatal(err)
-	}
-	image := filepath.Join(dir, "locksuite.tar")
-	if err := kubeimage.Write(image, "localhost/locksuite/cli:dev", bin); err != nil {
-		log.Fatal(err)
-	}
-	if err := c.ImportImage(ctx, image); err != nil { // into every node's containerd
+	// A static program of this module, as an image in every node (CGO_ENABLED=0).
+	if _, err := c.ImportProgram(ctx, "github.com/locksuite/locksuite/cmd/locksuite", "localhost/locksuite/cli:dev"); err != nil {
 		log.Fatal(err)
 	}
 

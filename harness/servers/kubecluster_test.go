@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/kubeimage"
 	"github.com/locksuite/locksuite/harness/nodes"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/vishvananda/netlink"
@@ -80,23 +79,8 @@ func skipWithoutKubeCluster(t *testing.T) {
 // the pod logged.
 func probePod(t *testing.T, ctx context.Context, c *KubeCluster, on, to int) string {
 	t.Helper()
-	// Not t.TempDir: TestKubeClusterKilled's sweep removes this one when
-	// its helper is killed.
-	dir, err := tempdir.New("", "locksuite-podprobe-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	bin, err := kubeimage.Static(ctx, dir, "./testdata/podprobe")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const image = "localhost/locksuite/podprobe:test"
-	tar := filepath.Join(dir, "podprobe.tar")
-	if err := kubeimage.Write(tar, image, bin); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ImportImage(ctx, tar); err != nil {
+	if _, err := c.ImportProgram(ctx, "./testdata/podprobe", image); err != nil {
 		t.Fatal(err)
 	}
 	node := c.Nodes()[to]
