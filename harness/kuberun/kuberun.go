@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/locksuite/locksuite/harness/worker"
+	"github.com/locksuite/locksuite/internal/wait"
 )
 
 // The labels and annotation of a Run's objects.
@@ -283,18 +284,9 @@ func (r *Run) awaitServing(ctx context.Context, name string, port int) (string, 
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("kubernetes: the pod %s at %s: this process cannot connect to it (the driver must reach the pods' addresses): %w; its log: %s", name, addr, err, r.podLog(name))
 		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := wait.For(ctx, 200*time.Millisecond); err != nil {
 			return "", err
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
 	}
 }
 
@@ -314,7 +306,7 @@ func (r *Run) awaitIP(ctx context.Context, name string, bound time.Duration) (st
 		case time.Now().After(deadline):
 			return "", fmt.Errorf("kubernetes: pod %s not running after %v: %s", name, bound, describe(p))
 		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := wait.For(ctx, 200*time.Millisecond); err != nil {
 			return "", err
 		}
 	}
@@ -445,7 +437,7 @@ func deleteRun(ctx context.Context, cs *corev1client.CoreV1Client, ns, id string
 		if len(pods.Items) == 0 {
 			return nil
 		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := wait.For(ctx, 200*time.Millisecond); err != nil {
 			return fmt.Errorf("kubernetes: delete run %s: %d pods left: %w", id, len(pods.Items), err)
 		}
 	}
