@@ -65,9 +65,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, table, name string, fenced boo
 // existing one. Concurrent creators (the workers of one run) race safely:
 // the loser of the CREATE finds the winner's marked table.
 func (s *Store) ensureTable(ctx context.Context, table string) error {
-	check := func() (exists bool, err error) {
+	check := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) (exists bool, err error) {
 		var comment *string
-		err = s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')`, s.table).Scan(&exists, &comment)
+		err = q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, obj_description(to_regclass($1), 'pg_class')`, s.table).Scan(&exists, &comment)
 		if err != nil {
 			return false, fmt.Errorf("pgstore: look up table %s: %w", table, err)
 		}
@@ -76,15 +78,23 @@ func (s *Store) ensureTable(ctx context.Context, table string) error {
 		}
 		return exists, nil
 	}
-	exists, err := check()
-	if err != nil || exists {
-		return err
-	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: create table %s: %w", table, err)
 	}
 	defer tx.Rollback(ctx)
+	// Creators take turns (a transaction advisory lock on the table's
+	// name): in one statement to_regclass can see a table whose creator
+	// committed after the statement's snapshot, which obj_description does
+	// not see, so a check beside a commit saw the table without its mark.
+	// After the lock, the check's snapshot has the winner's whole commit.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "locksuite pgstore "+s.table); err != nil {
+		return fmt.Errorf("pgstore: create table %s: %w", table, err)
+	}
+	exists, err := check(tx) // read committed: a snapshot taken after the lock
+	if err != nil || exists {
+		return err
+	}
 	_, err = tx.Exec(ctx, `CREATE TABLE `+s.table+` (
 		name  text PRIMARY KEY,
 		value bigint NOT NULL,
@@ -97,7 +107,7 @@ func (s *Store) ensureTable(ctx context.Context, table string) error {
 	}
 	if err != nil {
 		tx.Rollback(ctx)
-		if exists, cerr := check(); cerr != nil || exists {
+		if exists, cerr := check(s.pool); cerr != nil || exists {
 			return cerr // another process of this run made it meanwhile, or someone else did
 		}
 		return fmt.Errorf("pgstore: create table %s: %w", table, err)
