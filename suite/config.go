@@ -94,6 +94,16 @@ type Config struct {
 	// Config whatever its Name. suite/local's Env.Config and Env.ConfigFor
 	// set it. Default empty: the specs are labelled by Name alone.
 	Service string
+	// StoreService is the Service whose servers hold the counter store
+	// (NewStore's), if the store is on one of the lock services of the
+	// run. A scenario that faults a service's servers (Scenario.Exclusive:
+	// it stops, kills or crashes them) runs beside the runs of other
+	// services, but never beside a run whose lock or store is on the
+	// service it faults: Execute reads Service and StoreService for that.
+	// suite/local's Env.Config and Env.ConfigFor set it. Default empty: the
+	// store is on none of them. A Config without a Service is taken to use
+	// every service, and its exclusive scenarios run alone.
+	StoreService string
 	// NewLocker makes one client's Locker. The suite calls it once per
 	// simulated process and closes every Locker it made. Required.
 	NewLocker func(ctx context.Context, c Client) (backends.Locker, error)

@@ -34,8 +34,13 @@ type Options struct {
 	// specs one after another; with Parallel above 1, the runs of the
 	// specs still to come go on while an earlier spec waits for its own
 	// (a run is mostly waiting: for a lease to expire, for a chaos run's
-	// seconds, for a server). A scenario that faults a shared server
-	// (Scenario.Exclusive) runs alone. Each spec still reports, asserts and
+	// seconds, for a server). A scenario that faults a service's servers
+	// (Scenario.Exclusive) runs alone on that service: beside no run whose
+	// lock or counter store is there (Config.Service, Config.StoreService);
+	// the crash scenarios run one at a time, and the node scenarios, or one
+	// of a Config without a Service, alone. Chaos runs (worker processes)
+	// go one per CPU, more only while the machine has half a CPU idle
+	// (measured each second). Each spec still reports, asserts and
 	// times out as its own. 0 means DefaultParallel(); 1 runs each
 	// scenario inside its spec, as GinkgoTest does. A negative value is an
 	// error. Under Ginkgo's own parallel processes (ginkgo -p), or with

@@ -241,7 +241,7 @@ type Scenario struct {
 	// Exclusive says the scenario faults what other runs share (it stops,
 	// kills or moves the clock of the lock service, which may hold the
 	// counter store too, or starts a service on network namespaces of its
-	// own): Execute runs it alone, with no other run beside it.
+	// own): Execute runs it alone on what it faults (Execute's Parallel).
 	Exclusive bool
 
 	unfenced string                                 // if set, fenced Configs skip with this reason

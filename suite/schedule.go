@@ -19,18 +19,26 @@ import (
 // that report them, at most parallel at once. Ginkgo runs specs one after
 // another, and a scenario run is mostly waiting, so the runs of the specs
 // still to come go on while an earlier spec waits for its own. A job that
-// faults a shared server (exclusive) runs alone: nothing else runs while
-// it does. A job that keeps processes busy (busy: a chaos run's worker
+// faults a service's servers (exclusive) runs alone on that service:
+// beside no run whose lock or counter store is there (Config.Service,
+// Config.StoreService), while runs on the other services go on; one whose
+// Config names no Service, or that starts services on network namespaces
+// of its own (the node scenarios), runs alone; the crash scenarios run one
+// at a time, since a restart's length is part of what they measure. A job
+// that keeps processes busy (busy: a chaos run's worker
 // processes, whose verdict depends on their getting the CPU when its
 // schedule says) runs beside at most busySlots-1 others of its kind, one
-// per CPU, while the jobs that mostly wait fill the other slots. Measured
+// per CPU, while the jobs that mostly wait fill the other slots; more
+// start only while the machine has CPU to spare (spareCPUs idle over the
+// last second, measured in /proc/stat, and the last busy job started at
+// least busySettle ago, so that its load shows), up to parallel. Measured
 // on a quiet 2-core machine (the default run, 420 runs): one chaos run at a
 // time took 11 m 35 s, one per CPU 6 m 46 s, six at once 4 m 15 s, all
 // three with the same verdicts wherever a spec asserts one (only measured
 // cells and the number of updates lost moved); with other processes
 // loading the machine, six at once lost updates with no fault on a 200 ms
 // lease, so the bound keeps a margin.
-// Exclusive jobs go first, one after another, then the rest, the
+// Exclusive jobs go first, in the order they came, then the rest, the
 // longest first (by their estimate: the longest-processing-time rule,
 // which leaves the fewest slots idle at the end); a spec that waits for a
 // job not started yet moves it ahead of the other jobs that are not
@@ -52,18 +60,88 @@ type scheduler struct {
 	mu      sync.Mutex
 	changed *sync.Cond // a job ended, was queued or promoted, or the scheduler stopped
 	queue   []*job     // not started, in the order they start
-	running int
-	busy    int  // busy jobs running
-	alone   bool // an exclusive job runs
+	running map[*job]bool
+	busy    int // busy jobs running
+	// meter, if not nil, measures the idle CPUs, for the busy jobs beyond
+	// busySlots; lastBusy is when the last busy job started.
+	meter    *cpuMeter
+	lastBusy time.Time
+	settle   time.Duration // busySettle; shorter in tests
+}
+
+const (
+	// spareCPUs is how many CPUs must have been idle over the last second
+	// for a busy job beyond busySlots to start.
+	spareCPUs = 0.5
+	// busySettle is how long after a busy job starts the next one beyond
+	// busySlots may: the worker processes a chaos run starts take that
+	// long to show in the idle time.
+	busySettle = 2 * time.Second
+)
+
+// everything is the resource of a job that may touch anything: one
+// whose Config names no Service, or that faults more than its service.
+const everything = "*"
+
+// footprint is what a job's run touches: the services its lock and store
+// are on (uses), and, for an exclusive job, what it faults (faults), which
+// no other running job may use or fault.
+type footprint struct {
+	uses, faults []string
+}
+
+// footprintOf is what the runs of sc for cfg touch.
+func footprintOf(sc *Scenario, cfg *Config) footprint {
+	var f footprint
+	if cfg.Service == "" {
+		f.uses = []string{everything}
+	} else {
+		f.uses = []string{cfg.Service}
+		if cfg.StoreService != "" && cfg.StoreService != cfg.Service {
+			f.uses = append(f.uses, cfg.StoreService)
+		}
+	}
+	if !sc.Exclusive {
+		return f
+	}
+	switch {
+	case cfg.Service == "" || sc.Family == FamilyNodes:
+		f.faults = []string{everything}
+	case sc.Family == FamilyCrash:
+		f.faults = []string{cfg.Service, FamilyCrash}
+	default:
+		f.faults = []string{cfg.Service}
+	}
+	f.uses = append(f.uses, f.faults...)
+	return f
+}
+
+// overlaps says whether a resource of a is one of b (everything overlaps
+// every resource).
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x == y || x == everything || y == everything {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// conflicts says whether a and b may not run at once: one faults what the
+// other uses.
+func (a footprint) conflicts(b footprint) bool {
+	return overlaps(a.faults, b.uses) || overlaps(b.faults, a.uses)
 }
 
 // class is what a job may run beside.
 type class int
 
 const (
-	waits     class = iota // mostly waits (for a lease, a step, a server): beside anything but an exclusive job
+	waits     class = iota // mostly waits (for a lease, a step, a server)
 	busy                   // keeps processes busy: at most busySlots at once
-	exclusive              // faults what other runs share: alone
+	exclusive              // faults what other runs share: alone on what it faults (its footprint)
 )
 
 // classOf is the class of the runs of sc: its Exclusive flag, or busy for
@@ -82,6 +160,7 @@ func classOf(sc *Scenario) class {
 type job struct {
 	run      func(ctx context.Context) (report.Row, error)
 	class    class
+	touches  footprint
 	estimate time.Duration // how long it is expected to take
 	queued   bool          // in the scheduler's queue (Ginkgo was expected to run its spec)
 	started  bool
@@ -93,17 +172,17 @@ type job struct {
 }
 
 func newScheduler(parallel int, sc types.SuiteConfig) *scheduler {
-	s := &scheduler{parallel: parallel, busySlots: min(parallel, runtime.NumCPU()), suite: sc}
+	s := &scheduler{parallel: parallel, busySlots: min(parallel, runtime.NumCPU()), suite: sc, running: map[*job]bool{}, meter: newCPUMeter(), settle: busySettle}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.changed = sync.NewCond(&s.mu)
 	return s
 }
 
-// add makes a job of run, expected to take about estimate, for a spec
-// with these texts and labels; it is queued only if Ginkgo is to run the
-// spec (willRun): a spec Ginkgo runs anyway runs its job itself.
-func (s *scheduler) add(run func(context.Context) (report.Row, error), c class, estimate time.Duration, texts, labels []string) *job {
-	j := &job{run: run, class: c, estimate: estimate, done: make(chan struct{})}
+// add makes a job of run, touching f, expected to take about estimate,
+// for a spec with these texts and labels; it is queued only if Ginkgo is
+// to run the spec (willRun): a spec Ginkgo runs anyway runs its job itself.
+func (s *scheduler) add(run func(context.Context) (report.Row, error), c class, f footprint, estimate time.Duration, texts, labels []string) *job {
+	j := &job{run: run, class: c, touches: f, estimate: estimate, done: make(chan struct{})}
 	if !willRun(s.suite, texts, labels) {
 		return j
 	}
@@ -138,8 +217,10 @@ func (s *scheduler) await(ctx context.Context, j *job) (report.Row, error) {
 		return protect(ctx, j.run)
 	}
 	s.start.Do(func() {
-		s.wg.Add(1)
-		go s.dispatch()
+		s.wg.Add(2)
+		done := make(chan struct{})
+		go func() { defer close(done); s.dispatch() }()
+		go s.measure(done)
 	})
 	select {
 	case <-j.done:
@@ -196,34 +277,83 @@ func (s *scheduler) dispatch() {
 	}
 }
 
-// next is the index of the first queued job that may start now, or -1:
-// an exclusive job at the head once nothing runs; else, with a slot free
-// and no exclusive job running, the first job not held back by the busy
-// jobs' bound. Called with s.mu held.
-func (s *scheduler) next() int {
-	if len(s.queue) == 0 {
-		return -1
+// measure samples the idle CPUs every second until done or the scheduler
+// stops, and wakes the dispatcher after each sample.
+func (s *scheduler) measure(done <-chan struct{}) {
+	defer s.wg.Done()
+	if s.meter == nil {
+		return
 	}
-	if s.queue[0].class == exclusive {
-		if s.running > 0 {
-			return -1
+	t := time.NewTicker(s.meter.sampleTime)
+	defer t.Stop()
+	s.meter.sample()
+	for {
+		select {
+		case <-done:
+			return
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.meter.sample()
+			s.mu.Lock()
+			s.changed.Broadcast()
+			s.mu.Unlock()
 		}
-		return 0
 	}
-	if s.alone || s.running >= s.parallel {
+}
+
+// busyFree says whether a busy job may start now: fewer than busySlots
+// run, or the machine has CPU to spare (see scheduler). Called with s.mu
+// held.
+func (s *scheduler) busyFree() bool {
+	if s.busy < s.busySlots {
+		return true
+	}
+	if s.meter == nil || time.Since(s.lastBusy) < s.settle {
+		return false
+	}
+	idle, ok := s.meter.idleCPUs()
+	return ok && idle >= spareCPUs
+}
+
+// next is the index of the first queued job that may start now, or -1:
+// with a slot free, the first job in the queue that conflicts with no
+// running job, is not held back by the busy jobs' bound, and conflicts with
+// no exclusive job ahead of it that waits (so that the runs queued behind
+// an exclusive job do not keep its service busy forever). Called with s.mu
+// held.
+func (s *scheduler) next() int {
+	if len(s.running) >= s.parallel {
 		return -1
 	}
-	return slices.IndexFunc(s.queue, func(q *job) bool { return q.class != busy || s.busy < s.busySlots })
+	var waiting []footprint // the exclusive jobs ahead that cannot start yet
+	busyFree := s.busyFree()
+	for i, q := range s.queue {
+		ok := q.class != busy || busyFree
+		for r := range s.running {
+			ok = ok && !q.touches.conflicts(r.touches)
+		}
+		for _, w := range waiting {
+			ok = ok && !q.touches.conflicts(w)
+		}
+		if ok {
+			return i
+		}
+		if q.class == exclusive {
+			waiting = append(waiting, q.touches)
+		}
+	}
+	return -1
 }
 
 // launch starts j, bounded by specTimeout. Called with s.mu held.
 func (s *scheduler) launch(j *job) {
 	ctx, cancel := context.WithTimeout(s.ctx, specTimeout)
 	j.started, j.cancel = true, cancel
-	s.running++
-	s.alone = j.class == exclusive
+	s.running[j] = true
 	if j.class == busy {
 		s.busy++
+		s.lastBusy = time.Now()
 	}
 	s.wg.Add(1)
 	go func() {
@@ -231,11 +361,8 @@ func (s *scheduler) launch(j *job) {
 		defer cancel()
 		j.row, j.err = protect(ctx, j.run)
 		s.mu.Lock()
-		s.running--
-		switch j.class {
-		case exclusive:
-			s.alone = false
-		case busy:
+		delete(s.running, j)
+		if j.class == busy {
 			s.busy--
 		}
 		s.changed.Broadcast()

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -61,6 +62,7 @@ type jobSpec struct {
 	name     string
 	class    class
 	estimate time.Duration
+	touches  *footprint // nil: a Config without a Service (everything)
 }
 
 // add queues a gated job on s for each spec.
@@ -68,7 +70,14 @@ func (l *runLog) add(s *scheduler, specs ...jobSpec) (gates []*gate, jobs []*job
 	for _, j := range specs {
 		g, run := l.job(j.name)
 		gates = append(gates, g)
-		jobs = append(jobs, s.add(run, j.class, j.estimate, []string{j.name}, nil))
+		f := footprint{uses: []string{everything}}
+		if j.class == exclusive {
+			f.faults = f.uses
+		}
+		if j.touches != nil {
+			f = *j.touches
+		}
+		jobs = append(jobs, s.add(run, j.class, f, j.estimate, []string{j.name}, nil))
 	}
 	return gates, jobs
 }
@@ -82,8 +91,8 @@ func TestScheduler(t *testing.T) {
 	l := newRunLog()
 	s := newScheduler(2, types.SuiteConfig{})
 	defer s.stop()
-	gates, jobs := l.add(s, jobSpec{"short", waits, time.Second}, jobSpec{"long", waits, 10 * time.Second}, jobSpec{"stall", exclusive, time.Second},
-		jobSpec{"middle", waits, 5 * time.Second}, jobSpec{"last", waits, time.Millisecond})
+	gates, jobs := l.add(s, jobSpec{"short", waits, time.Second, nil}, jobSpec{"long", waits, 10 * time.Second, nil}, jobSpec{"stall", exclusive, time.Second, nil},
+		jobSpec{"middle", waits, 5 * time.Second, nil}, jobSpec{"last", waits, time.Millisecond, nil})
 	// The spec of "last" waits first: it moves ahead of the others that are
 	// not exclusive, behind the exclusive one.
 	last := make(chan error, 1)
@@ -127,9 +136,9 @@ func TestScheduler(t *testing.T) {
 func TestSchedulerBusy(t *testing.T) {
 	l := newRunLog()
 	s := newScheduler(3, types.SuiteConfig{})
-	s.busySlots = 1
+	s.busySlots, s.meter = 1, nil
 	defer s.stop()
-	gates, jobs := l.add(s, jobSpec{"chaos1", busy, 10 * time.Second}, jobSpec{"chaos2", busy, 9 * time.Second}, jobSpec{"lease", waits, time.Second})
+	gates, jobs := l.add(s, jobSpec{"chaos1", busy, 10 * time.Second, nil}, jobSpec{"chaos2", busy, 9 * time.Second, nil}, jobSpec{"lease", waits, time.Second, nil})
 	errs := make(chan error, len(jobs))
 	for _, j := range jobs {
 		go func() { _, err := s.await(context.Background(), j); errs <- err }()
@@ -167,6 +176,133 @@ func TestSchedulerBusy(t *testing.T) {
 	}
 }
 
+// TestSchedulerSpareCPU: beyond busySlots, a busy job starts only while
+// the meter says the machine has CPU to spare, and not within the settle
+// time of the last busy start.
+func TestSchedulerSpareCPU(t *testing.T) {
+	var mu sync.Mutex
+	var now cpuTimes
+	idle := 0.0 // the CPUs idle, of 2
+	l := newRunLog()
+	s := newScheduler(4, types.SuiteConfig{})
+	s.busySlots, s.settle = 1, 50*time.Millisecond
+	s.meter = &cpuMeter{cpus: 2, sampleTime: 10 * time.Millisecond, read: func() (cpuTimes, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		now.total += 200 // a second of 2 CPUs per read
+		now.idle += uint64(idle * 100)
+		return now, true
+	}}
+	defer s.stop()
+	if c, ok := readProcStat(); runtime.GOOS == "linux" && (!ok || c.idle > c.total || c.total == 0) {
+		t.Errorf("/proc/stat: %+v, %v", c, ok)
+	}
+	gates, jobs := l.add(s, jobSpec{"chaos1", busy, 3 * time.Second, nil}, jobSpec{"chaos2", busy, 2 * time.Second, nil},
+		jobSpec{"chaos3", busy, time.Second, nil})
+	errs := make(chan error, len(jobs))
+	for _, j := range jobs {
+		go func() { _, err := s.await(context.Background(), j); errs <- err }()
+	}
+	count := func() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.order) }
+	waitUntil(t, func() bool { return count() == 1 })
+	time.Sleep(200 * time.Millisecond) // settle time and samples pass, with no CPU idle
+	if n := count(); n != 1 {
+		t.Errorf("%d busy jobs started with no CPU idle, want 1", n)
+	}
+	mu.Lock()
+	idle = 1.5
+	mu.Unlock()
+	waitUntil(t, func() bool { return count() == 3 })
+	for _, g := range gates {
+		close(g.release)
+	}
+	for range jobs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestSchedulerServices: an exclusive job runs alone on its service only:
+// beside runs of other services, not beside a run on its service or one
+// whose store is there; crash jobs run one at a time; the jobs queued
+// behind an exclusive job that waits do not start on its service.
+func TestSchedulerServices(t *testing.T) {
+	on := func(sc, service string) *footprint {
+		f := footprintOf(scenarioNamed(sc), &Config{Service: service, StoreService: "postgres"})
+		return &f
+	}
+	started := func(l *runLog) []string { l.mu.Lock(); defer l.mu.Unlock(); return sorted(l.order) }
+	settle := func() { time.Sleep(50 * time.Millisecond) } // a start the rules forbid, if they failed
+	l := newRunLog()
+	s := newScheduler(4, types.SuiteConfig{})
+	defer s.stop()
+	gates, jobs := l.add(s,
+		jobSpec{"stall-redis", exclusive, time.Second, on(ServerStall, "redis")},
+		jobSpec{"crash-etcd", exclusive, time.Second, on(ServerCrash, "etcd")},
+		jobSpec{"crash-redis", exclusive, time.Second, on(ServerCrash, "redis")},
+		jobSpec{"baseline-redis", waits, 3 * time.Second, on(Baseline, "redis")},
+		jobSpec{"baseline-etcd", waits, 2 * time.Second, on(Baseline, "etcd")},
+		jobSpec{"baseline-consul", waits, time.Second, on(Baseline, "consul")})
+	errs := make(chan error, len(jobs))
+	for _, j := range jobs {
+		go func() { _, err := s.await(context.Background(), j); errs <- err }()
+	}
+	expect := func(step string, want ...string) {
+		t.Helper()
+		waitUntil(t, func() bool { return len(started(l)) >= len(want) })
+		settle()
+		if got := started(l); !slices.Equal(got, sorted(want)) {
+			t.Errorf("%s: started %v, want %v", step, got, sorted(want))
+		}
+	}
+	expect("at first", "stall-redis", "crash-etcd", "baseline-consul")
+	// stall-redis ends: redis's crash waits for etcd's (one crash at a
+	// time), and redis's baseline, queued behind it, waits too.
+	close(gates[0].release)
+	expect("after stall-redis", "stall-redis", "crash-etcd", "baseline-consul")
+	close(gates[1].release) // crash-etcd: redis's crash, and etcd's baseline
+	expect("after crash-etcd", "stall-redis", "crash-etcd", "baseline-consul", "crash-redis", "baseline-etcd")
+	close(gates[2].release)
+	expect("after crash-redis", "stall-redis", "crash-etcd", "baseline-consul", "crash-redis", "baseline-etcd", "baseline-redis")
+	for _, g := range gates[3:] {
+		close(g.release)
+	}
+	for range jobs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+
+	// The store's service stalled: nothing that writes there runs beside
+	// it, though slots are free.
+	l = newRunLog()
+	s2 := newScheduler(4, types.SuiteConfig{})
+	defer s2.stop()
+	gates, jobs = l.add(s2, jobSpec{"baseline-redis", waits, time.Second, on(Baseline, "redis")},
+		jobSpec{"stall-postgres", exclusive, time.Second, on(ServerStall, "postgres")},
+		jobSpec{"baseline-etcd", waits, time.Second, on(Baseline, "etcd")})
+	for _, j := range jobs {
+		go func() { _, err := s2.await(context.Background(), j); errs <- err }()
+	}
+	waitUntil(t, func() bool { return len(started(l)) >= 1 })
+	settle()
+	if got := started(l); !slices.Equal(got, []string{"stall-postgres"}) {
+		t.Errorf("started %v, want the stall of the store's service alone", got)
+	}
+	close(gates[1].release)
+	close(gates[0].release)
+	close(gates[2].release)
+	for range jobs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if b := l.beside["stall-postgres"]; len(b) != 0 {
+		t.Errorf("the store's service was stalled beside %v", b)
+	}
+}
+
 // TestSchedulerCancelAndPanic: a wait cancelled by its spec cancels its
 // job and returns the context's error; a job that panics returns a
 // traffic.PanicError; a second wait for the same job (Ginkgo's repeat)
@@ -176,8 +312,8 @@ func TestSchedulerCancelAndPanic(t *testing.T) {
 	s := newScheduler(2, types.SuiteConfig{})
 	defer s.stop()
 	_, hang := l.job("hang")
-	hung := s.add(hang, waits, time.Second, nil, nil)
-	boom := s.add(func(context.Context) (report.Row, error) { panic("boom") }, waits, time.Second, nil, nil)
+	hung := s.add(hang, waits, footprint{}, time.Second, nil, nil)
+	boom := s.add(func(context.Context) (report.Row, error) { panic("boom") }, waits, footprint{}, time.Second, nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := s.await(ctx, hung); done <- err }()

@@ -212,7 +212,7 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 						return report.Row{}, err // the spec's BeforeEach fails with it
 					}
 					return sc.timed(ctx, frozen, runID)
-				}, classOf(sc), estimate(sc, cfg), []string{describe(cfg), sc.Text.For(want)}, slices.Concat(outer, labels))
+				}, classOf(sc), footprintOf(sc, cfg), estimate(sc, cfg), []string{describe(cfg), sc.Text.For(want)}, slices.Concat(outer, labels))
 			}
 			It(sc.Text.For(want), Label(labels...), func(ctx SpecContext) {
 				var row report.Row

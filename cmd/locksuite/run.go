@@ -147,7 +147,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if o.shard.Total > 1 {
 		shard = " in shard " + o.shard.String()
 	}
-	fmt.Fprintf(stderr, "locksuite: %d scenario runs%s, up to %d at once (--parallel)\n", planned, shard, parallel)
+	fmt.Fprintf(stderr, "locksuite: %d scenario runs%s, up to %d at once (--parallel; chaos runs one per CPU, more while a CPU idles)\n", planned, shard, parallel)
 	if o.progress != "off" {
 		every, _ := time.ParseDuration(o.progress)
 		if o.progress == "auto" {

@@ -460,7 +460,7 @@ func sized(name string, s *service) suite.Config {
 func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
 	cfg := sized(name, s)
 	cfg.Fenced, cfg.Endpoint = fenced, e.endpointOf(s)
-	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv = newLocker, e.newStore, e.Environ()
+	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv, cfg.StoreService = newLocker, e.newStore, e.Environ(), e.Store
 	if ss, ok := e.started[s.name]; ok {
 		cfg.Servers = ss
 	}
