@@ -93,9 +93,9 @@ func WithDurability(d Durability) Option { return func(o *options) { o.durabilit
 // WithCrash makes a server that Crash can kill and restart where the
 // default one cannot: etcd and NATS run as a child process (this binary
 // run again, as their cluster members are) rather than inside this
-// process, and Consul as a server with its Raft log in a data directory
-// rather than in -dev mode (in memory). The other servers are crashable
-// as they are.
+// process, kube-apiserver's etcd too, and Consul as a server with its
+// Raft log in a data directory rather than in -dev mode (in memory). The
+// other servers are crashable as they are.
 func WithCrash() Option { return func(o *options) { o.crash = true } }
 
 // WithLazyFS puts the server's data directory (each member's, for a
