@@ -93,9 +93,9 @@ func WithDurability(d Durability) Option { return func(o *options) { o.durabilit
 // WithCrash makes a server that Crash can kill and restart where the
 // default one cannot: etcd and NATS run as a child process (this binary
 // run again, as their cluster members are) rather than inside this
-// process, and Consul as a server with its Raft log in a data directory
-// rather than in -dev mode (in memory). The other servers are crashable
-// as they are.
+// process, kube-apiserver's etcd too, and Consul as a server with its
+// Raft log in a data directory rather than in -dev mode (in memory). The
+// other servers are crashable as they are.
 func WithCrash() Option { return func(o *options) { o.crash = true } }
 
 // WithLazyFS puts the server's data directory (each member's, for a
@@ -198,6 +198,19 @@ type crasher struct {
 func (c *crasher) Crash(ctx context.Context, powerLoss bool) (CrashReport, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	r, err := c.canCrash(powerLoss)
+	if err != nil {
+		return r, err
+	}
+	r.Killed = time.Now()
+	killAll(c.procs)
+	return r, c.restart(ctx, &r)
+}
+
+// canCrash is a new report of a crash (with powerLoss), or the error
+// wrapping errors.ErrUnsupported that says why the service cannot have
+// it. The caller holds c.mu.
+func (c *crasher) canCrash(powerLoss bool) (CrashReport, error) {
 	r := CrashReport{PowerLoss: powerLoss}
 	if c.cannot != "" {
 		return r, fmt.Errorf("%w: %s", errors.ErrUnsupported, c.cannot)
@@ -205,9 +218,15 @@ func (c *crasher) Crash(ctx context.Context, powerLoss bool) (CrashReport, error
 	if powerLoss && !c.lazy() {
 		return r, fmt.Errorf("%w: its data directory is not on a lazyfs mount, so a power loss cannot drop what it did not sync: start it WithLazyFS", errors.ErrUnsupported)
 	}
-	r.Killed = time.Now()
-	killAll(c.procs)
-	if powerLoss {
+	return r, nil
+}
+
+// restart is the rest of a crash once c's processes are killed (killAll):
+// with r.PowerLoss it drops what they did not sync into r.Dropped, then
+// starts them again, waits until the service serves (r.Serving) and syncs.
+// The caller holds c.mu.
+func (c *crasher) restart(ctx context.Context, r *CrashReport) error {
+	if r.PowerLoss {
 		for _, d := range c.disks {
 			dd := d.fs.Crash()
 			r.Dropped.Bytes += dd.Bytes
@@ -221,7 +240,7 @@ func (c *crasher) Crash(ctx context.Context, powerLoss bool) (CrashReport, error
 		sort.Strings(r.Dropped.Files)
 	}
 	if err := restartKilled(c.procs); err != nil {
-		return r, err
+		return err
 	}
 	var died error
 	err := faults.WaitHealthy(ctx, c.timeout, func(ctx context.Context) error {
@@ -231,10 +250,10 @@ func (c *crasher) Crash(ctx context.Context, powerLoss bool) (CrashReport, error
 		return c.ready(ctx)
 	})
 	if err = errors.Join(died, err); err != nil {
-		return r, fmt.Errorf("after the crash: %w", err)
+		return fmt.Errorf("after the crash: %w", err)
 	}
 	r.Serving = time.Now()
-	return r, c.Sync()
+	return c.Sync()
 }
 
 func (c *crasher) Sync() error {

@@ -27,6 +27,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/locksuite/locksuite/harness/lazyfs"
 	"github.com/locksuite/locksuite/internal/tempdir"
@@ -80,6 +84,10 @@ func (o outcome) String() string { return [...]string{"lost", "kept", "either", 
 // after a write when none ran within the current second, so k2 is written
 // right after another SET (k0) to make the loss likely; the test checks
 // only that k2 is lost exactly when the power loss dropped AOF data.
+//
+// kube-apiserver's keys are Leases (the value their holderIdentity),
+// kept in its etcd: its rows are etcd's with the apiserver restarted after
+// it. They are skipped when the kube-apiserver binary is not built.
 func TestCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real servers")
@@ -108,13 +116,15 @@ func TestCrash(t *testing.T) {
 		{"consul-cluster", row(threeMembers(StartConsulCluster), consulClusterOps), kept, kept},
 		{"nats-cluster-default-sync", row(threeMembers(StartNATSCluster), natsClusterOps, WithDurability(DurabilityHarness)), kept, lost},
 		{"nats-cluster-sync-always", row(threeMembers(StartNATSCluster), natsClusterOps, WithDurability(DurabilitySyncAlways)), kept, kept},
+		{"kube-apiserver-etcd-unsafe-no-fsync", row(startKubeAPIServer, kubeOps, WithDurability(DurabilityHarness)), kept, lost},
+		{"kube-apiserver-etcd-packaged", row(startKubeAPIServer, kubeOps, WithDurability(DurabilityPackaged)), kept, kept},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			t0 := time.Now()
 			s, db, err := tc.start(ctx)
-			if errors.Is(err, lazyfs.ErrUnavailable) {
+			if errors.Is(err, lazyfs.ErrUnavailable) || errors.Is(err, errSkip) {
 				t.Skip(err)
 			}
 			if err != nil {
@@ -196,7 +206,64 @@ func TestCrash(t *testing.T) {
 				t.Errorf("k1 after the power loss: %q, %v; want it kept", v, err)
 			}
 			stopGone(t, s, s.(interface{ directory() string }).directory(), memberPids(s)...)
+			if k, ok := s.(*KubeAPIServer); ok { // its etcd's directory and mount
+				stopGone(t, k.etcd, k.etcd.directory())
+			}
 		})
+	}
+}
+
+// errSkip wraps the error of a row that cannot run here.
+var errSkip = errors.New("skipped")
+
+// startKubeAPIServer is StartKubeAPIServer, with an error wrapping
+// errSkip when the binary is not built.
+func startKubeAPIServer(ctx context.Context, opts ...Option) (*KubeAPIServer, error) {
+	if _, err := KubeAPIServerBinary(); err != nil {
+		return nil, fmt.Errorf("%w: %v: run ci/setup.sh to build kube-apiserver %s", errSkip, err, KubeAPIServerVersion)
+	}
+	return StartKubeAPIServer(ctx, opts...)
+}
+
+// directory is the kube-apiserver's directory (its etcd has its own).
+func (s *KubeAPIServer) directory() string { return s.dir }
+
+// kubeOps writes and reads Leases: a key is a Lease's name, its value the
+// Lease's holderIdentity.
+func kubeOps(s *KubeAPIServer) kv {
+	leases := func() (coordinationv1client.LeaseInterface, error) {
+		c, err := coordinationv1client.NewForConfig(s.RestConfig())
+		if err != nil {
+			return nil, err
+		}
+		return c.Leases(s.Namespace()), nil
+	}
+	return kv{
+		put: func(ctx context.Context, k, v string) error {
+			l, err := leases()
+			if err != nil {
+				return err
+			}
+			_, err = l.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: k},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: &v}}, metav1.CreateOptions{})
+			return err
+		},
+		get: func(ctx context.Context, k string) (string, error) {
+			l, err := leases()
+			if err != nil {
+				return "", err
+			}
+			got, err := l.Get(ctx, k, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				return "", nil
+			case err != nil:
+				return "", err
+			case got.Spec.HolderIdentity == nil:
+				return "", fmt.Errorf("lease %s has no holder", k)
+			}
+			return *got.Spec.HolderIdentity, nil
+		},
 	}
 }
 
@@ -230,6 +297,8 @@ func memberPids(s Server) []int {
 		ms = v.Members()
 	case interface{ Members() []*Member }:
 		ms = v.Members()
+	case *KubeAPIServer:
+		ms = []*Member{v.m, v.etcd.m}
 	}
 	var out []int
 	for _, m := range ms {

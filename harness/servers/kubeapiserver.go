@@ -89,18 +89,20 @@ var (
 // StartKube returns the Kubernetes API the suite uses: with KUBECONFIG set,
 // a namespace of its own in that kubeconfig's current context
 // (UseKubeconfig); otherwise a kube-apiserver of the harness's own
-// (StartKubeAPIServer). Only an explicitly set KUBECONFIG counts: the
-// default ~/.kube/config, which may name a production cluster, is never
-// read.
-func StartKube(ctx context.Context) (Kube, error) {
+// (StartKubeAPIServer, with opts). Only an explicitly set KUBECONFIG
+// counts: the default ~/.kube/config, which may name a production
+// cluster, is never read. A cluster of the user's takes no options: it is
+// never crashed.
+func StartKube(ctx context.Context, opts ...Option) (Kube, error) {
 	if p := os.Getenv("KUBECONFIG"); p != "" {
 		return UseKubeconfig(ctx, p)
 	}
-	return StartKubeAPIServer(ctx)
+	return StartKubeAPIServer(ctx, opts...)
 }
 
 // KubeAPIServer is a kube-apiserver process with an etcd of its own,
-// started by StartKubeAPIServer.
+// started by StartKubeAPIServer. It is a Crasher when started WithCrash
+// or WithLazyFS.
 type KubeAPIServer struct {
 	etcd  *Etcd
 	m     *Member
@@ -110,6 +112,8 @@ type KubeAPIServer struct {
 	ca    string
 	once  sync.Once
 }
+
+var _ Crasher = (*KubeAPIServer)(nil)
 
 // kubeNamespace is the namespace StartKubeAPIServer makes for the suite.
 const kubeNamespace = "locksuite"
@@ -123,7 +127,8 @@ func (s *KubeAPIServer) Endpoint() string { return s.addr }
 func (s *KubeAPIServer) URL() string { return "https://" + s.addr }
 
 // Member is the kube-apiserver process, for faults that stop (SIGSTOP) or
-// kill it. Its etcd is not stopped with it: it is embedded in this process.
+// kill it. Its etcd is not stopped with it: it is embedded in this process,
+// or (WithCrash) a process of its own.
 func (s *KubeAPIServer) Member() *Member { return s.m }
 
 // Pid is the kube-apiserver's process id.
@@ -182,7 +187,17 @@ var kubeDisabledAdmission = []string{
 // StartKubeAPIServer starts kube-apiserver (KubeAPIServerBinary) on a free
 // loopback port, in its own process group, against an etcd embedded in this
 // process (StartEtcd), and waits until /readyz answers and the namespace
-// "locksuite" exists. Everything it needs is made in a temporary directory
+// "locksuite" exists.
+//
+// WithCrash (or WithLazyFS) makes it a Crasher: its etcd then runs as a
+// process of its own (StartEtcd WithCrash, or WithLazyFS with its data
+// directory on lazyfs), and Crash kills kube-apiserver and etcd at once,
+// restarts etcd on its data directory and address, then kube-apiserver on
+// its address, certificates and token, and returns once /readyz answers
+// and the namespace "locksuite" is there again. Sync syncs etcd's data
+// directory. WithDurability is etcd's: DurabilityHarness (the default)
+// runs it with --unsafe-no-fsync, DurabilityPackaged with fsync on commit.
+// WithAuth and WithTLS are refused: the server always has TLS and a token. Everything it needs is made in a temporary directory
 // that Stop removes: a test CA and a server certificate for 127.0.0.1, a
 // service-account signing key (ECDSA P-256), and a static token file with one
 // user, "locksuite", in the group system:masters.
@@ -194,8 +209,15 @@ var kubeDisabledAdmission = []string{
 // with only the core and coordination.k8s.io APIs, its own informers
 // (webhook configurations, endpoint slices, service CIDRs, CRDs) never
 // sync, and it never becomes ready.
-func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
+func StartKubeAPIServer(ctx context.Context, opts ...Option) (*KubeAPIServer, error) {
 	const fix = "run ci/setup.sh (builds kube-apiserver " + KubeAPIServerVersion + " with go build, about 5 minutes once), set LOCKSUITE_KUBE_APISERVER to a kube-apiserver binary, or name a cluster with KUBECONFIG"
+	o := apply(opts)
+	if o.auth || o.tls {
+		return nil, &Unavailable{"kube-apiserver", errors.New("WithAuth and WithTLS are not options of kube-apiserver"), "start it without them: it always serves TLS and authenticates a token"}
+	}
+	if err := o.checkDurability("kube-apiserver"); err != nil {
+		return nil, err
+	}
 	bin, err := KubeAPIServerBinary()
 	if err != nil {
 		return nil, &Unavailable{"kube-apiserver", err, fix}
@@ -218,35 +240,95 @@ func StartKubeAPIServer(ctx context.Context) (*KubeAPIServer, error) {
 		return fail(err, "a writable temporary directory and a working crypto/rand")
 	}
 	s.ca = f.certs.ca
-	if s.etcd, err = StartEtcd(ctx); err != nil {
-		return fail(err, "see the etcd error")
+	var etcdOpts []Option
+	switch {
+	case o.lazy:
+		etcdOpts = append(etcdOpts, WithLazyFS())
+	case o.crash:
+		etcdOpts = append(etcdOpts, WithCrash())
+	}
+	if s.etcd, err = StartEtcd(ctx, append(etcdOpts, WithDurability(o.durability))...); err != nil {
+		return fail(err, fixFUSE(err, "see the etcd error"))
 	}
 	argv := kubeAPIServerArgv(bin, s.etcd.URL(), "127.0.0.1", port, dir, f)
 	s.m = &Member{name: "kube-apiserver", addr: s.addr, dir: dir, start: func() (*proc, error) {
 		return startMemberProc("kube-apiserver", dir, nil, argv...)
 	}}
+	if err := s.serve(ctx); err != nil {
+		return fail(err, "check that "+bin+" runs; see its log above")
+	}
+	if err := createKubeNamespace(ctx, s.RestConfig()); err != nil {
+		return fail(err, "see the server's log")
+	}
+	if err := s.Sync(); err != nil { // the namespace and the server's own objects
+		return fail(err, "see the etcd error")
+	}
+	return s, nil
+}
+
+// kubeReadyTimeout is how long kube-apiserver may take to become ready,
+// at start and after a crash.
+const kubeReadyTimeout = 90 * time.Second
+
+// serve starts the kube-apiserver process (again) and waits until /readyz
+// answers.
+func (s *KubeAPIServer) serve(ctx context.Context) error {
 	if err := s.m.run(); err != nil {
-		return fail(err, "check that "+bin+" runs")
+		return err
 	}
 	s.m.mu.Lock()
 	p := s.m.p
 	s.m.mu.Unlock()
 	hc, err := rest.HTTPClientFor(s.RestConfig())
 	if err != nil {
-		return fail(err, "a readable test CA")
+		return err
 	}
 	defer hc.CloseIdleConnections()
-	err = waitReady(ctx, p, 90*time.Second, func(ctx context.Context) error {
+	return waitReady(ctx, p, kubeReadyTimeout, func(ctx context.Context) error {
 		return kubeReady(ctx, hc, s.URL())
 	})
-	if err != nil {
-		return fail(err, "see the log above")
-	}
-	if err := createKubeNamespace(ctx, s.RestConfig()); err != nil {
-		return fail(err, "see the server's log")
-	}
-	return s, nil
 }
+
+// Crash kills kube-apiserver and its etcd at once (SIGKILL), with
+// powerLoss drops what etcd did not sync, restarts etcd, then
+// kube-apiserver, and returns once /readyz answers and the namespace
+// "locksuite" exists (Crasher.Crash; StartKubeAPIServer says how). Its
+// error wraps errors.ErrUnsupported when the server was not started
+// WithCrash (its etcd is embedded in this process), or, with powerLoss,
+// not WithLazyFS. The report's Dropped is etcd's.
+func (s *KubeAPIServer) Crash(ctx context.Context, powerLoss bool) (CrashReport, error) {
+	e := &s.etcd.crasher
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if s.etcd.m == nil {
+		return CrashReport{PowerLoss: powerLoss}, fmt.Errorf("%w: kube-apiserver's etcd runs inside this process: start it WithCrash", errors.ErrUnsupported)
+	}
+	r, err := e.canCrash(powerLoss)
+	if err != nil {
+		return r, err
+	}
+	r.Killed = time.Now()
+	killAll([]*Member{s.m, s.etcd.m})
+	if err := e.restart(ctx, &r); err != nil {
+		return r, fmt.Errorf("etcd: %w", err)
+	}
+	if err := s.serve(ctx); err != nil {
+		return r, fmt.Errorf("after the crash: %w", err)
+	}
+	nsc, err := kubeNamespaces(s.RestConfig())
+	if err != nil {
+		return r, err
+	}
+	if _, err := nsc.Get(ctx, kubeNamespace, metav1.GetOptions{}); err != nil {
+		return r, fmt.Errorf("after the crash: namespace %s: %w", kubeNamespace, err)
+	}
+	r.Serving = time.Now()
+	return r, e.Sync()
+}
+
+// Sync syncs etcd's data directory (Crasher.Sync): nothing to do without
+// WithLazyFS.
+func (s *KubeAPIServer) Sync() error { return s.etcd.Sync() }
 
 // createKubeNamespace makes the namespace "locksuite" through cfg, trying
 // for up to 30 s (a server that just became ready may still refuse).

@@ -38,8 +38,9 @@ func startKube(t *testing.T) *KubeAPIServer {
 }
 
 // TestKubeAPIServer starts kube-apiserver, writes a Lease through the
-// RestConfig, stops the process (SIGSTOP: a request then times out) and
-// continues it, and checks that Stop leaves no process and no directory.
+// RestConfig, checks that it cannot crash (not started WithCrash), stops
+// the process (SIGSTOP: a request then times out) and continues it, and
+// checks that Stop leaves no process and no directory.
 func TestKubeAPIServer(t *testing.T) {
 	s := startKube(t)
 	defer s.Stop()
@@ -54,6 +55,10 @@ func TestKubeAPIServer(t *testing.T) {
 	defer cancel()
 	if _, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create a Lease: %v", err)
+	}
+	// Started without WithCrash, its etcd is embedded: no crash.
+	if _, err := s.Crash(ctx, false); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Crash of a kube-apiserver started without WithCrash: %v, want errors.ErrUnsupported", err)
 	}
 	if err := s.Member().Stop(); err != nil {
 		t.Fatal(err)

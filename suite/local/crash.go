@@ -17,14 +17,14 @@ import (
 // lose what the server did not sync (harness/lazyfs, a FUSE filesystem:
 // root and /dev/fuse; where it cannot be mounted, the servers start
 // without it and the power-loss scenarios are skipped with the reason),
-// etcd and NATS as processes of their own rather than inside this one,
-// Consul as a server with its data in a directory rather than in -dev
-// mode, and each service at the durability setting the crash scenarios
-// measure: the servers' packaged defaults (Postgres's and MariaDB's commits
-// flushed, ZooKeeper's forceSync=yes, etcd's fsync), Redis without
-// persistence and NATS at its default sync interval, as without WithCrash,
-// and each variant (Variants) at its own setting. Their Configs' Servers
-// then implement suite.Crasher.
+// etcd, NATS and kube-apiserver's etcd as processes of their own rather
+// than inside this one, Consul as a server with its data in a directory
+// rather than in -dev mode, and each service at the durability setting
+// the crash scenarios measure: the servers' packaged defaults (Postgres's
+// and MariaDB's commits flushed, ZooKeeper's forceSync=yes, etcd's fsync,
+// kube-apiserver's etcd's too), Redis without persistence and NATS at its
+// default sync interval, as without WithCrash, and each variant (Variants)
+// at its own setting. Their Configs' Servers then implement suite.Crasher.
 //
 // Without it, the harness starts its usual servers, faster where fsync is
 // off and embedded where it can be, and the crash scenarios are skipped:

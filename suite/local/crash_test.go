@@ -38,6 +38,17 @@ func TestClusterCrashScenarios(t *testing.T) {
 	crashSpecs(t, Clusters, suite.ClusterCrash, suite.ClusterPowerLoss)
 }
 
+// TestKubeCrashScenarios is TestCrashScenarios for the Kubernetes Lease
+// (k8s-lease, on the kube-apiserver the harness starts, a backend run
+// when named): kube-apiserver and its etcd killed at once and restarted.
+// Skipped without the kube-apiserver build.
+func TestKubeCrashScenarios(t *testing.T) {
+	if _, err := servers.KubeAPIServerBinary(); err != nil {
+		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
+	}
+	crashSpecs(t, []string{"k8s-lease"}, suite.ServerCrash, suite.PowerLoss)
+}
+
 // crashSpecs starts names crashable and runs crash, then powerLoss, once
 // on each, unfenced, checking each row (see TestCrashScenarios), and that
 // Close leaves no process and no lazyfs mount of the Env.
@@ -103,10 +114,13 @@ func crashSpecs(t *testing.T, names []string, crash, powerLoss string) {
 	}
 	var pids []int
 	for _, s := range env.servers {
-		if ms, ok := s.(interface{ Members() []*servers.Member }); ok {
-			for _, m := range ms.Members() {
+		switch v := s.(type) {
+		case interface{ Members() []*servers.Member }:
+			for _, m := range v.Members() {
 				pids = append(pids, m.Pid())
 			}
+		case *servers.KubeAPIServer:
+			pids = append(pids, v.Pid())
 		}
 	}
 	closed = true

@@ -49,9 +49,11 @@ const noClockKube = "the Lease's expiry is judged by each candidate's own clock,
 var kubeService = &service{
 	name: "kube", title: "Kubernetes API", server: "kube-apiserver (the build of ci/setup.sh)",
 	lease: time.Second, pause: 3 * time.Second, pauses: 3, duration: 10 * time.Second,
-	vars:       []string{"KUBECONFIG", KubeNamespaceEnv},
-	fromEnv:    kubeFromEnv,
-	start:      func(ctx context.Context, _ ...servers.Option) (servers.Server, error) { return servers.StartKube(ctx) },
+	vars:    []string{"KUBECONFIG", KubeNamespaceEnv},
+	fromEnv: kubeFromEnv,
+	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
+		return servers.StartKube(ctx, o...)
+	},
 	timeout:    120 * time.Second, // kube-apiserver waits for its informers: 3-4 s idle, more on a busy machine
 	connect:    kubeConnect,
 	probe:      probeKube,
@@ -60,6 +62,8 @@ var kubeService = &service{
 	servers:    kubeServers,
 	version:    kubeVersion,
 	noCompose:  "kube-apiserver needs its own etcd, certificates and flags: point KUBECONFIG at a cluster (kind, minikube) instead",
+	// Crashable (WithCrash), its etcd fsyncs on commit, as packaged.
+	durability: servers.DurabilityPackaged,
 }
 
 // kube-apiserver is a 170 MB build (ci/setup.sh) and takes seconds to
@@ -190,7 +194,9 @@ func kubeHostPort(ep string) string {
 }
 
 // kubeServers: kube-apiserver as the one member (its etcd, embedded in this
-// process, keeps running), or none for a cluster of the user's.
+// process or under WithCrash a process of its own, is no member: a fault of
+// the member leaves it running; a crash kills both), or none for a cluster
+// of the user's.
 func kubeServers(sv *service, s servers.Server) suite.Servers {
 	k := &kubeMembers{svc: sv, c: &conn{rest: s.(servers.Kube).RestConfig(), namespace: s.(servers.Kube).Namespace()}}
 	if a, ok := s.(*servers.KubeAPIServer); ok {
