@@ -319,28 +319,32 @@ func (s *scheduler) busyFree() bool {
 // next is the index of the first queued job that may start now, or -1:
 // with a slot free, the first job in the queue that conflicts with no
 // running job, is not held back by the busy jobs' bound, and conflicts with
-// no exclusive job ahead of it that waits (so that the runs queued behind
-// an exclusive job do not keep its service busy forever). Called with s.mu
-// held.
+// no exclusive job ahead of it that waits for the runs on its service to
+// end (so that the runs queued behind it do not keep its service busy
+// forever; one that waits for another exclusive job holds nothing back,
+// so that a service whose crash waits for another's goes on meanwhile).
+// Called with s.mu held.
 func (s *scheduler) next() int {
 	if len(s.running) >= s.parallel {
 		return -1
 	}
-	var waiting []footprint // the exclusive jobs ahead that cannot start yet
+	var draining []footprint // the exclusive jobs ahead that wait for runs on their service to end
 	busyFree := s.busyFree()
 	for i, q := range s.queue {
-		ok := q.class != busy || busyFree
+		ok, drain := q.class != busy || busyFree, false
 		for r := range s.running {
-			ok = ok && !q.touches.conflicts(r.touches)
+			if q.touches.conflicts(r.touches) {
+				ok, drain = false, drain || r.class != exclusive
+			}
 		}
-		for _, w := range waiting {
+		for _, w := range draining {
 			ok = ok && !q.touches.conflicts(w)
 		}
 		if ok {
 			return i
 		}
-		if q.class == exclusive {
-			waiting = append(waiting, q.touches)
+		if q.class == exclusive && drain {
+			draining = append(draining, q.touches)
 		}
 	}
 	return -1

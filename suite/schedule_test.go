@@ -225,8 +225,9 @@ func TestSchedulerSpareCPU(t *testing.T) {
 
 // TestSchedulerServices: an exclusive job runs alone on its service only:
 // beside runs of other services, not beside a run on its service or one
-// whose store is there; crash jobs run one at a time; the jobs queued
-// behind an exclusive job that waits do not start on its service.
+// whose store is there; crash jobs run one at a time; an exclusive job that
+// waits for the runs on its service to end holds back the jobs queued
+// behind it there, and one that waits for another exclusive job does not.
 func TestSchedulerServices(t *testing.T) {
 	on := func(sc, service string) *footprint {
 		f := footprintOf(scenarioNamed(sc), &Config{Service: service, StoreService: "postgres"})
@@ -235,7 +236,7 @@ func TestSchedulerServices(t *testing.T) {
 	started := func(l *runLog) []string { l.mu.Lock(); defer l.mu.Unlock(); return sorted(l.order) }
 	settle := func() { time.Sleep(50 * time.Millisecond) } // a start the rules forbid, if they failed
 	l := newRunLog()
-	s := newScheduler(4, types.SuiteConfig{})
+	s := newScheduler(6, types.SuiteConfig{})
 	defer s.stop()
 	gates, jobs := l.add(s,
 		jobSpec{"stall-redis", exclusive, time.Second, on(ServerStall, "redis")},
@@ -243,7 +244,8 @@ func TestSchedulerServices(t *testing.T) {
 		jobSpec{"crash-redis", exclusive, time.Second, on(ServerCrash, "redis")},
 		jobSpec{"baseline-redis", waits, 3 * time.Second, on(Baseline, "redis")},
 		jobSpec{"baseline-etcd", waits, 2 * time.Second, on(Baseline, "etcd")},
-		jobSpec{"baseline-consul", waits, time.Second, on(Baseline, "consul")})
+		jobSpec{"baseline-consul", waits, time.Second, on(Baseline, "consul")},
+		jobSpec{"contract-redis", waits, time.Millisecond, on(Contract, "redis")})
 	errs := make(chan error, len(jobs))
 	for _, j := range jobs {
 		go func() { _, err := s.await(context.Background(), j); errs <- err }()
@@ -256,16 +258,28 @@ func TestSchedulerServices(t *testing.T) {
 			t.Errorf("%s: started %v, want %v", step, got, sorted(want))
 		}
 	}
-	expect("at first", "stall-redis", "crash-etcd", "baseline-consul")
+	seen := []string{"stall-redis", "crash-etcd", "baseline-consul"}
+	expect("at first", seen...)
 	// stall-redis ends: redis's crash waits for etcd's (one crash at a
-	// time), and redis's baseline, queued behind it, waits too.
+	// time) and holds nothing back: redis's baseline starts.
 	close(gates[0].release)
-	expect("after stall-redis", "stall-redis", "crash-etcd", "baseline-consul")
-	close(gates[1].release) // crash-etcd: redis's crash, and etcd's baseline
-	expect("after crash-etcd", "stall-redis", "crash-etcd", "baseline-consul", "crash-redis", "baseline-etcd")
-	close(gates[2].release)
-	expect("after crash-redis", "stall-redis", "crash-etcd", "baseline-consul", "crash-redis", "baseline-etcd", "baseline-redis")
-	for _, g := range gates[3:] {
+	seen = append(seen, "baseline-redis")
+	expect("after stall-redis", seen...)
+	// crash-etcd ends: redis's crash waits for redis's baseline to end,
+	// and holds back the contract queued behind it; etcd's baseline starts.
+	close(gates[1].release)
+	seen = append(seen, "baseline-etcd")
+	expect("after crash-etcd", seen...)
+	close(gates[3].release) // baseline-redis: redis's crash
+	seen = append(seen, "crash-redis")
+	expect("after baseline-redis", seen...)
+	close(gates[2].release) // crash-redis: the contract
+	seen = append(seen, "contract-redis")
+	expect("after crash-redis", seen...)
+	if b := l.beside["crash-redis"]; slices.Contains(b, "baseline-redis") || slices.Contains(b, "contract-redis") || slices.Contains(b, "crash-etcd") {
+		t.Errorf("redis's crash ran beside %v", b)
+	}
+	for _, g := range gates[4:] {
 		close(g.release)
 	}
 	for range jobs {
