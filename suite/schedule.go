@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"os"
 	"context"
 	"fmt"
 	"runtime"
@@ -101,7 +102,7 @@ func footprintOf(sc *Scenario, cfg *Config) footprint {
 			f.uses = append(f.uses, cfg.StoreService)
 		}
 	}
-	if !sc.Exclusive {
+	if !sc.Exclusive || skips(sc, cfg) {
 		return f
 	}
 	switch {
@@ -114,6 +115,35 @@ func footprintOf(sc *Scenario, cfg *Config) footprint {
 	}
 	f.uses = append(f.uses, f.faults...)
 	return f
+}
+
+// skips says whether the exclusive scenario sc surely skips for cfg, so
+// that its run faults nothing: a fenced Config of an unfenced-only
+// scenario, a node scenario without Config.Nodes, a server fault without
+// server processes, a failover without a leader, a crash of a service that
+// cannot crash so or that is not the kind (a single server, a cluster) the
+// scenario crashes. These are the conditions of the faults' own Applies;
+// any other case is taken to fault.
+func skips(sc *Scenario, cfg *Config) bool {
+	if cfg.Fenced && sc.unfenced != "" {
+		return true
+	}
+	if sc.Family == FamilyNodes {
+		return cfg.Nodes == nil
+	}
+	if cfg.Servers == nil || len(cfg.Servers.Members()) == 0 {
+		return true
+	}
+	_, cluster := cfg.Servers.(Leaderer)
+	switch sc.Family {
+	case FamilyCluster:
+		return !cluster
+	case FamilyCrash:
+		c, ok := cfg.Servers.(Crasher)
+		whole := sc.Name == ClusterCrash || sc.Name == ClusterPowerLoss
+		return !ok || whole != cluster || c.CanCrash(sc.Name == PowerLoss || sc.Name == ClusterPowerLoss) != nil
+	}
+	return false
 }
 
 // overlaps says whether a resource of a is one of b (everything overlaps
@@ -360,10 +390,12 @@ func (s *scheduler) launch(j *job) {
 		s.lastBusy = time.Now()
 	}
 	s.wg.Add(1)
+	traceJob("start", j, s)
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
 		j.row, j.err = protect(ctx, j.run)
+		defer traceJob("end", j, s)
 		s.mu.Lock()
 		delete(s.running, j)
 		if j.class == busy {
@@ -417,4 +449,15 @@ func estimate(sc *Scenario, cfg *Config) time.Duration {
 		return 10 * time.Second
 	}
 	return 3 * cfg.Lease
+}
+
+var traceT0 = time.Now()
+
+func traceJob(what string, j *job, s *scheduler) {
+	if p := os.Getenv("LOCKSUITE_TRACE"); p != "" {
+		f, _ := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		idle, _ := s.meter.idleCPUs()
+		fmt.Fprintf(f, "%.2f %s %d %v %s %s %.2f\n", time.Since(traceT0).Seconds(), what, j.class, j.touches.faults, j.row.Backend, j.row.Scenario, idle)
+		f.Close()
+	}
 }

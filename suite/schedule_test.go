@@ -11,6 +11,7 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/traffic"
 )
@@ -223,6 +224,47 @@ func TestSchedulerSpareCPU(t *testing.T) {
 	}
 }
 
+// crashable is a single server that can crash, as far as the scheduler
+// asks: it is never faulted.
+type crashable struct{ faults.Member }
+
+func (crashable) Members() []faults.Member                         { return []faults.Member{crashable{}} }
+func (crashable) Healthy(context.Context) error                    { return nil }
+func (crashable) CanCrash(bool) error                              { return nil }
+func (crashable) Crash(context.Context, bool) (CrashReport, error) { return CrashReport{}, nil }
+func (crashable) Sync() error                                      { return nil }
+
+// stoppable is a single server that can be stopped, not crashed.
+type stoppable struct{ faults.Member }
+
+func (stoppable) Members() []faults.Member      { return []faults.Member{stoppable{}} }
+func (stoppable) Healthy(context.Context) error { return nil }
+
+// TestSchedulerSkipsNeedNoExclusivity: an exclusive scenario that skips
+// for a Config faults nothing, so it needs no service of its own.
+func TestSchedulerSkipsNeedNoExclusivity(t *testing.T) {
+	single := Config{Service: "redis", Servers: crashable{}}
+	for _, c := range []struct {
+		sc     string
+		cfg    Config
+		faults bool
+	}{
+		{ServerStall, single, true},
+		{ServerStall, Config{Service: "etcd", Servers: stoppable{}}, true},
+		{ServerCrash, single, true},
+		{ServerStall, Config{Service: "redis"}, false},                      // no servers
+		{ClusterCrash, single, false},                                       // not a cluster
+		{Failover, single, false},                                           // no leader
+		{SplitBrain, single, false},                                         // no Nodes
+		{ServerCrash, Config{Service: "etcd", Servers: stoppable{}}, false}, // cannot crash
+	} {
+		f := footprintOf(scenarioNamed(c.sc), &c.cfg)
+		if got := len(f.faults) > 0; got != c.faults {
+			t.Errorf("%s on %s: faults %v, want faulting %v", c.sc, c.cfg.Service, f.faults, c.faults)
+		}
+	}
+}
+
 // TestSchedulerServices: an exclusive job runs alone on its service only:
 // beside runs of other services, not beside a run on its service or one
 // whose store is there; crash jobs run one at a time; an exclusive job that
@@ -230,7 +272,7 @@ func TestSchedulerSpareCPU(t *testing.T) {
 // behind it there, and one that waits for another exclusive job does not.
 func TestSchedulerServices(t *testing.T) {
 	on := func(sc, service string) *footprint {
-		f := footprintOf(scenarioNamed(sc), &Config{Service: service, StoreService: "postgres"})
+		f := footprintOf(scenarioNamed(sc), &Config{Service: service, StoreService: "postgres", Servers: crashable{}})
 		return &f
 	}
 	started := func(l *runLog) []string { l.mu.Lock(); defer l.mu.Unlock(); return sorted(l.order) }
@@ -246,10 +288,10 @@ func TestSchedulerServices(t *testing.T) {
 		jobSpec{"baseline-etcd", waits, 2 * time.Second, on(Baseline, "etcd")},
 		jobSpec{"baseline-consul", waits, time.Second, on(Baseline, "consul")},
 		jobSpec{"contract-redis", waits, time.Millisecond, on(Contract, "redis")})
+	// Only the first job is awaited while they run: a spec's await moves
+	// its job ahead, which would make the order the test checks random.
 	errs := make(chan error, len(jobs))
-	for _, j := range jobs {
-		go func() { _, err := s.await(context.Background(), j); errs <- err }()
-	}
+	go func() { _, err := s.await(context.Background(), jobs[0]); errs <- err }()
 	expect := func(step string, want ...string) {
 		t.Helper()
 		waitUntil(t, func() bool { return len(started(l)) >= len(want) })
@@ -282,8 +324,11 @@ func TestSchedulerServices(t *testing.T) {
 	for _, g := range gates[4:] {
 		close(g.release)
 	}
-	for range jobs {
-		if err := <-errs; err != nil {
+	if err := <-errs; err != nil {
+		t.Error(err)
+	}
+	for _, j := range jobs[1:] {
+		if _, err := s.await(context.Background(), j); err != nil {
 			t.Error(err)
 		}
 	}
