@@ -28,11 +28,9 @@ import (
 var etcdService = &service{
 	name: "etcd", title: "etcd", server: "an embedded etcd server",
 	lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
-	vars:    []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
-	fromEnv: etcdFromEnv("etcd", "ETCDCTL_ENDPOINTS"),
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartEtcd(ctx, o...)
-	},
+	vars:       []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
+	fromEnv:    etcdFromEnv("etcd", "ETCDCTL_ENDPOINTS"),
+	start:      startOf(servers.StartEtcd),
 	probe:      probeEtcd,
 	diagnose:   diagnoseEtcd,
 	hostPortOf: func(ep string) string { return stripScheme(strings.Split(ep, ",")[0]) },
@@ -44,14 +42,9 @@ var etcdService = &service{
 
 // etcdCluster is three etcd members; named by its variable, it takes the
 // ETCDCTL_* credentials and TLS settings.
-var etcdCluster = clusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", etcdService,
-	func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
-		return servers.StartEtcdCluster(ctx, 3, o...)
-	}).
+var etcdCluster = clusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", etcdService, threeOf(servers.StartEtcdCluster)).
 	withSecurityOf(etcdService, etcdFromEnv("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER")).
-	onThreeNodes(func(ctx context.Context, h *servers.Hosts) (servers.Cluster, error) {
-		return servers.StartEtcdClusterOn(ctx, h, 3)
-	})
+	onThreeNodes(threeOn(servers.StartEtcdClusterOn))
 
 const (
 	etcdClientModule = "go.etcd.io/etcd/client/v3"

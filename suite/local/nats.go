@@ -29,21 +29,16 @@ var natsService = &service{
 	fromEnv:    natsFromEnv("NATS_URL"),
 	diagnose:   diagnoseNATS,
 	hostPortOf: natsHostPort,
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartNATS(ctx, o...)
-	},
-	probe:   probeNATS,
-	servers: oneProcess("nats-server", noClockGo),
-	version: func() string { return "embedded: " + natsServerModule + " v" + server.VERSION },
+	start:      startOf(servers.StartNATS),
+	probe:      probeNATS,
+	servers:    oneProcess("nats-server", noClockGo),
+	version:    func() string { return "embedded: " + natsServerModule + " v" + server.VERSION },
 }
 
 // natsCluster is three NATS servers; named by its variable, it takes the
 // credentials in its URLs.
 var natsCluster = func() *service {
-	s := clusterOf("nats-cluster", "a NATS cluster", "three embedded nats-servers", "LOCKSUITE_NATS_CLUSTER", natsService,
-		func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
-			return servers.StartNATSCluster(ctx, 3, o...)
-		})
+	s := clusterOf("nats-cluster", "a NATS cluster", "three embedded nats-servers", "LOCKSUITE_NATS_CLUSTER", natsService, threeOf(servers.StartNATSCluster))
 	s.fromEnv = natsFromEnv("LOCKSUITE_NATS_CLUSTER") // credentials in the URLs
 	return s
 }()
