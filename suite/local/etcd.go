@@ -46,20 +46,21 @@ var etcdCluster = clusterOf("etcd-cluster", "an etcd cluster", "three etcd membe
 	withSecurityOf(etcdService, etcdFromEnv("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER")).
 	onThreeNodes(threeOn(servers.StartEtcdClusterOn))
 
-const (
-	etcdClientModule = "go.etcd.io/etcd/client/v3"
-	etcdServerModule = "go.etcd.io/etcd/server/v3"
-)
+const etcdServerModule = "go.etcd.io/etcd/server/v3"
+
+// etcdModules are the etcd backends' modules: the client's, and the
+// server's (embedded).
+var etcdModules = []string{"go.etcd.io/etcd/client/v3", etcdServerModule}
 
 var etcdBackends = []backend{
-	{name: "etcd", kind: adapter, on: etcdService, modules: []string{etcdClientModule, etcdServerModule}, newLocker: newEtcd},
-	{name: "etcd-mutex", kind: library, on: etcdService, modules: []string{etcdClientModule, etcdServerModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+	{name: "etcd", kind: adapter, on: etcdService, modules: etcdModules, newLocker: newEtcd},
+	{name: "etcd-mutex", kind: library, on: etcdService, modules: etcdModules, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 		// Not cl.Key itself: the counter store's keys are under
 		// cl.Key+"/", and the mutex would wait for them as for older
 		// waiters.
 		return etcdmutex.New(etcdmutex.Config{Endpoints: c.addrs(), TLS: c.tls, Username: c.user, Password: c.password, Dial: cl.Dial, Key: cl.Key + "/mutex", TTL: cl.Lease})
 	}},
-	{name: "etcd-cluster", kind: cluster, on: etcdCluster, modules: []string{etcdClientModule, etcdServerModule}, newLocker: newEtcd},
+	{name: "etcd-cluster", kind: cluster, on: etcdCluster, modules: etcdModules, newLocker: newEtcd},
 }
 
 func newEtcd(c *conn, cl suite.Client) (backends.Locker, error) {
