@@ -146,10 +146,7 @@ func TestLinks(t *testing.T) {
 	files := docFiles(t)
 	text := map[string]string{}
 	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join(root, f))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := readFile(t, filepath.Join(root, f))
 		text[f] = string(b)
 	}
 	// pageOf is the Markdown file a link's path shows: the file, or a
@@ -271,10 +268,7 @@ func TestDocsMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := filepath.Join(root, "README.md")
-	b, err := os.ReadFile(readme)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := readFile(t, readme)
 	s := string(b)
 	marks := matrixMark.FindAllStringSubmatchIndex(s, -1)
 	if len(marks) == 0 {
@@ -313,10 +307,7 @@ func TestDocsMatrix(t *testing.T) {
 func TestCIRunsTheREADMEsCommand(t *testing.T) {
 	var text [2]string
 	for i, f := range []string{"../README.md", "../.ci/run"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := readFile(t, f)
 		text[i] = string(b)
 	}
 	readme, run := text[0], text[1]

@@ -39,13 +39,20 @@ type workflow struct {
 	} `yaml:"jobs"`
 }
 
-// readmeSteps returns the workflow step names ci/README.md promises: the
-// bold names after "Its steps:", up to the next numbered step.
-func readmeSteps(t *testing.T) []string {
-	b, err := os.ReadFile("README.md")
+// readFile is the file's content; it fails the test if it cannot be read.
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// readmeSteps returns the workflow step names ci/README.md promises: the
+// bold names after "Its steps:", up to the next numbered step.
+func readmeSteps(t *testing.T) []string {
+	b := readFile(t, "README.md")
 	s := string(b)
 	i := strings.Index(s, "Its steps:")
 	if i < 0 {
@@ -66,10 +73,7 @@ func readmeSteps(t *testing.T) []string {
 // README names in that order, runs this repository's setup script, and
 // runs the example's test function.
 func TestKitWorkflow(t *testing.T) {
-	b, err := os.ReadFile("github/locksuite.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := readFile(t, "github/locksuite.yml")
 	var w workflow
 	if err := yaml.Unmarshal(b, &w); err != nil {
 		t.Fatalf("ci/github/locksuite.yml does not parse: %v", err)
@@ -111,10 +115,7 @@ func TestKitWorkflow(t *testing.T) {
 		t.Errorf("Install the servers runs %s with services %q, which it refuses: %v\n%s", script, services, err, out)
 	}
 	// The services it installs are those the example starts.
-	example, err := os.ReadFile("example/locksuite_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
+	example := readFile(t, "example/locksuite_test.go")
 	if m := regexp.MustCompile(`local\.Start\([^,]+, \[\]string\{([^}]*)\}`).FindSubmatch(example); m == nil {
 		t.Errorf("ci/example/locksuite_test.go calls no local.Start(ctx, []string{...})")
 	} else if want := strings.Join(strings.Fields(strings.NewReplacer(`"`, " ", ",", " ").Replace(string(m[1]))), " "); services != want {
@@ -140,10 +141,7 @@ func TestKitWorkflow(t *testing.T) {
 	if _, _, with = get("Keep the report"); with["path"] != dir+"/" {
 		t.Errorf("Keep the report uploads %v, want the report directory %s/", with["path"], dir)
 	}
-	src, err := os.ReadFile("example/locksuite_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := readFile(t, "example/locksuite_test.go")
 	if fn := job.Env["LOCKSUITE_RUN"]; fn == "" || !strings.Contains(string(src), "func "+fn+"(t *testing.T)") {
 		t.Errorf("LOCKSUITE_RUN is %q, not a test function of ci/example/locksuite_test.go", fn)
 	}
@@ -174,10 +172,7 @@ func TestKitExample(t *testing.T) {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("example", e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := readFile(t, filepath.Join("example", e.Name()))
 		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -250,10 +245,7 @@ func TestKitExample(t *testing.T) {
 	} else {
 		t.Logf("the matrix:\n%s", out[i:])
 	}
-	b, err := os.ReadFile(filepath.Join(reports, "locksuite-TestLocksuite.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := readFile(t, filepath.Join(reports, "locksuite-TestLocksuite.json"))
 	rows, err := report.DecodeRows(bytes.NewReader(b))
 	if err != nil || len(rows) < 5 {
 		t.Errorf("%s's rows: %d, %v", suite.ReportDirEnv, len(rows), err)
@@ -281,10 +273,7 @@ func TestKitExample(t *testing.T) {
 // readRows returns the rows the suite attached to Ginkgo's JSON report.
 func readRows(t *testing.T, path string) []report.Row {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := readFile(t, path)
 	var suites []struct {
 		SpecReports []struct {
 			ReportEntries []struct {
@@ -332,10 +321,7 @@ func TestKitRowFields(t *testing.T) {
 		{"README.md", "Its fields (`report.Row`", "(`TestKitRowFields`"},
 		{"../docs/cli.md", "writes the rows as a JSON array of objects with the fields", "`--markdown` writes"},
 	} {
-		b, err := os.ReadFile(c.file)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := readFile(t, c.file)
 		s := string(b)
 		i := strings.Index(s, c.from)
 		j := strings.Index(s[max(i, 0):], c.to)

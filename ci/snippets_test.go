@@ -46,10 +46,7 @@ var snippetMark = regexp.MustCompile(`^\s*<!--\s*snippet:\s*(.*?)\s*-->\s*$`)
 // the repository root).
 func snippets(t *testing.T, path string) []snippet {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := readFile(t, filepath.Join("..", path))
 	lines := strings.Split(string(b), "\n")
 	var out []snippet
 	for i := 0; i < len(lines); i++ {
@@ -283,19 +280,13 @@ func cleanEnv() []string {
 func consumerModule(t *testing.T, root string) string {
 	t.Helper()
 	dir := t.TempDir()
-	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	mod := readFile(t, filepath.Join(root, "go.mod"))
 	s := strings.Replace(string(mod), "module github.com/locksuite/locksuite", "module example.com/snippets", 1)
 	s += "\nrequire github.com/locksuite/locksuite v0.0.0\n\nreplace github.com/locksuite/locksuite => " + root + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(s), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum := readFile(t, filepath.Join(root, "go.sum"))
 	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -35,17 +35,17 @@ type Config struct {
 	// TLS, if not nil, makes the client connect with TLS using this
 	// configuration: RootCAs for the server's CA (etcdctl's --cacert),
 	// Certificates for a client certificate (--cert, --key). When its
-	// ServerName is empty, each endpoint's host is verified. Default nil:
-	// plain connections, except to https:// endpoints (TLS with the
-	// system's roots, as clientv3 does).
+	// ServerName is empty, each endpoint's host is verified; used when
+	// Client is nil. Default nil: plain connections, except to https://
+	// endpoints (TLS with the system's roots, as clientv3 does).
 	TLS *tls.Config
 	// Username and Password, if Username is set, authenticate the client
 	// (etcdctl's --user user:password); the client takes a token at
-	// connect time and renews it. Default none.
+	// connect time and renews it; used when Client is nil. Default none.
 	Username, Password string
 	// Dial, if not nil, makes every connection to the servers (TLS, if any,
 	// is layered on top): pass suite.Client.Dial, so that the suite can
-	// fault this client's network. Default: TCP.
+	// fault this client's network; used when Client is nil. Default: TCP.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Key names the lock. Required.
 	Key string

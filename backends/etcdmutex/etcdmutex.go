@@ -21,50 +21,27 @@ package etcdmutex
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/etcd"
 	"github.com/locksuite/locksuite/backends/internal/adapt"
 	"github.com/locksuite/locksuite/backends/internal/etcdconn"
 )
 
-// Config describes one client of one etcd mutex.
-type Config struct {
-	// Client is the connection to use. If nil, one is made from Endpoints
-	// and closed by Locker.Close.
-	Client *clientv3.Client
-	// Endpoints are host:port addresses (as in ETCDCTL_ENDPOINTS); used when
-	// Client is nil.
-	Endpoints []string
-	// TLS, if not nil, is the client's TLS configuration, as in
-	// etcd.Config.TLS (RootCAs: etcdctl's --cacert; Certificates: its
-	// --cert and --key); used when Client is nil. Default nil: plain,
-	// except to https:// endpoints.
-	TLS *tls.Config
-	// Username and Password, if Username is set, are the etcd user the
-	// client authenticates as (etcdctl's --user); used when Client is nil.
-	Username, Password string
-	// Dial, if not nil, makes every connection to the servers, as
-	// etcd.Config.Dial does. Default: TCP.
-	Dial func(ctx context.Context, network, address string) (net.Conn, error)
-	// Key is the mutex's prefix (concurrency.NewMutex's pfx). Required.
-	// Mutex.Lock takes every key under Key+"/" for a waiter's: a key
-	// there that is not one (data stored under the same name) blocks the
-	// lock until it is deleted.
-	Key string
-	// TTL is the session's lease TTL (concurrency.WithTTL), rounded up to
-	// whole seconds. Default 60s, the library's default.
-	TTL time.Duration
-	_   struct{}
-}
+// Config describes one client of one etcd mutex: the etcd adapter's Config,
+// with the same meaning but for Key and TTL. Key is the mutex's prefix
+// (concurrency.NewMutex's pfx); required. Mutex.Lock takes every key under
+// Key+"/" for a waiter's: a key there that is not one (data stored under
+// the same name) blocks the lock until it is deleted. TTL is the session's
+// lease TTL (concurrency.WithTTL), rounded up to whole seconds; default
+// 60s, the library's default.
+type Config = etcd.Config
 
 type locker struct {
 	*etcdconn.Conn

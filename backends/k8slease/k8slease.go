@@ -55,7 +55,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -97,15 +96,12 @@ type Config struct {
 }
 
 type locker struct {
-	c      *kube.Client
-	name   string
-	id     string
-	ttl    time.Duration
-	retry  time.Duration
-	closed atomic.Bool
-
-	mu   sync.Mutex
-	held *lease // the lease not yet released, for Close
+	c     *kube.Client
+	name  string
+	id    string
+	ttl   time.Duration
+	retry time.Duration
+	held  kube.Holding // the lease not yet released, for Close
 }
 
 var (
@@ -117,20 +113,11 @@ var (
 
 // New returns a Locker for cfg. It does not contact the API server.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.TTL == 0 {
-		cfg.TTL = 15 * time.Second
-	}
-	if err := kube.Check("k8slease", cfg.Namespace, cfg.Name, cfg.TTL); err != nil {
+	if err := kube.Check("k8slease", cfg.Namespace, cfg.Name, &cfg.TTL, &cfg.RetryPeriod, &cfg.Identity); err != nil {
 		return nil, err
-	}
-	if cfg.RetryPeriod == 0 {
-		cfg.RetryPeriod = cfg.TTL * 2 / 15
 	}
 	if cfg.RetryPeriod < 0 || cfg.RetryPeriod >= cfg.TTL {
 		return nil, fmt.Errorf("k8slease: RetryPeriod %v must be positive and below TTL %v", cfg.RetryPeriod, cfg.TTL)
-	}
-	if cfg.Identity == "" {
-		cfg.Identity = kube.Identity("locksuite-")
 	}
 	c, err := kube.NewClient("k8slease", cfg.Rest, cfg.Dial, cfg.Namespace)
 	if err != nil {
@@ -213,7 +200,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		}
 	}
 	for {
-		if l.closed.Load() {
+		if l.held.Closed() {
 			return nil, backends.ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
@@ -273,9 +260,7 @@ func (l *locker) grant(obj *coordinationv1.Lease, start time.Time) *lease {
 	ctx, stop := context.WithCancel(context.Background())
 	s := &lease{l: l, obj: obj, fence: uint64(*obj.Spec.LeaseTransitions) + 1, acquired: start,
 		validUntil: start.Add(l.ttl), stop: stop, done: make(chan struct{}), lost: make(chan struct{})}
-	l.mu.Lock()
-	l.held = s
-	l.mu.Unlock()
+	l.held.Hold(s)
 	go s.renew(ctx)
 	return s
 }
@@ -283,18 +268,11 @@ func (l *locker) grant(obj *coordinationv1.Lease, start time.Time) *lease {
 // Close stops renewing and releases a lease still held (bounded by 2 s),
 // then closes the client's idle connections.
 func (l *locker) Close() error {
-	if l.closed.Swap(true) {
-		return nil
-	}
-	l.mu.Lock()
-	s := l.held
-	l.mu.Unlock()
-	if s != nil {
+	l.held.Close(l.c, func(s backends.Lease) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		_ = s.Release(ctx)
-		cancel()
-	}
-	l.c.Close()
+	})
 	return nil
 }
 
@@ -426,10 +404,6 @@ func (s *lease) Release(ctx context.Context) error {
 		return fmt.Errorf("k8slease: release %s: %w", l.name, err)
 	}
 	s.released = true
-	l.mu.Lock()
-	if l.held == s {
-		l.held = nil
-	}
-	l.mu.Unlock()
+	l.held.Released(s)
 	return nil
 }

@@ -110,10 +110,7 @@ type locker struct {
 	ttl    time.Duration
 	renew  time.Duration
 	retry  time.Duration
-	closed atomic.Bool
-
-	mu   sync.Mutex
-	held *lease
+	held   kube.Holding
 }
 
 var (
@@ -126,20 +123,11 @@ var (
 // New returns a Locker for cfg. It does not contact the API server; the
 // durations are checked as client-go's NewLeaderElector checks them.
 func New(cfg Config) (backends.Locker, error) {
-	if cfg.TTL == 0 {
-		cfg.TTL = 15 * time.Second
-	}
-	if err := kube.Check("leaderelection", cfg.Namespace, cfg.Name, cfg.TTL); err != nil {
+	if err := kube.Check("leaderelection", cfg.Namespace, cfg.Name, &cfg.TTL, &cfg.RetryPeriod, &cfg.Identity); err != nil {
 		return nil, err
 	}
 	if cfg.RenewDeadline == 0 {
 		cfg.RenewDeadline = cfg.TTL * 2 / 3
-	}
-	if cfg.RetryPeriod == 0 {
-		cfg.RetryPeriod = cfg.TTL * 2 / 15
-	}
-	if cfg.Identity == "" {
-		cfg.Identity = kube.Identity("locksuite-")
 	}
 	l := &locker{ns: cfg.Namespace, name: cfg.Name, id: cfg.Identity, ttl: cfg.TTL, renew: cfg.RenewDeadline, retry: cfg.RetryPeriod}
 	// Check the durations once, with a throwaway elector.
@@ -189,7 +177,7 @@ func (l *locker) config(lock *observedLock, s *lease) leaderelection.LeaderElect
 // it leads or ctx is done (the elector then stops, releasing nothing it did
 // not take).
 func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
-	if l.closed.Load() {
+	if l.held.Closed() {
 		return nil, backends.ErrClosed
 	}
 	id := fmt.Sprintf("%s-%d", l.id, l.grants.Add(1))
@@ -221,9 +209,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			return nil, fmt.Errorf("leaderelection: %s leads without a record of its write", id)
 		}
 		s.fence = uint64(rec.LeaderTransitions) + 1
-		l.mu.Lock()
-		l.held = s
-		l.mu.Unlock()
+		l.held.Hold(s)
 		return s, nil
 	case <-ctx.Done():
 		cancel()
@@ -235,16 +221,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 // Close releases a lease still held (bounded by RenewDeadline, client-go's
 // own bound on its release) and closes the client's idle connections.
 func (l *locker) Close() error {
-	if l.closed.Swap(true) {
-		return nil
-	}
-	l.mu.Lock()
-	s := l.held
-	l.mu.Unlock()
-	if s != nil {
-		_ = s.Release(context.Background())
-	}
-	l.c.Close()
+	l.held.Close(l.c, func(s backends.Lease) { _ = s.Release(context.Background()) })
 	return nil
 }
 
@@ -282,11 +259,7 @@ func (s *lease) Release(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("leaderelection: release %s: %w", s.l.name, ctx.Err())
 	}
-	s.l.mu.Lock()
-	if s.l.held == s {
-		s.l.held = nil
-	}
-	s.l.mu.Unlock()
+	s.l.held.Released(s)
 	if rec, ok := s.lock.last(); ok && rec.HolderIdentity == "" {
 		return nil // client-go's release write succeeded
 	}

@@ -28,6 +28,16 @@ func needDial(p *Path) error {
 	return NotApplicable(NoDial)
 }
 
+// onPath injects a network fault of a client's Path: strike (a method of p)
+// once needDial passes, with Path.Heal as the heal.
+func onPath(p *Path, strike func()) (func() error, error) {
+	if err := needDial(p); err != nil {
+		return nil, err
+	}
+	strike()
+	return func() error { p.Heal(); return nil }, nil
+}
+
 // Freeze stalls one client with its renewals, as a GC or VM pause would:
 // all its traffic to the lock service stops and nothing sent meanwhile is
 // lost, until the heal delivers it. It works on the client's Path when the
@@ -76,15 +86,10 @@ type Partition struct {
 func (f *Partition) Applies(context.Context) error { return needDial(f.Path) }
 
 func (f *Partition) Inject(context.Context) (func() error, error) {
-	if err := needDial(f.Path); err != nil {
-		return nil, err
-	}
 	if f.Blackhole {
-		f.Path.Blackhole()
-	} else {
-		f.Path.Cut()
+		return onPath(f.Path, f.Path.Blackhole)
 	}
-	return func() error { f.Path.Heal(); return nil }, nil
+	return onPath(f.Path, f.Path.Cut)
 }
 
 func (f *Partition) Span() Span {
@@ -110,11 +115,7 @@ type DropReplies struct {
 func (f *DropReplies) Applies(context.Context) error { return needDial(f.Path) }
 
 func (f *DropReplies) Inject(context.Context) (func() error, error) {
-	if err := needDial(f.Path); err != nil {
-		return nil, err
-	}
-	f.Path.DropReplies()
-	return func() error { f.Path.Heal(); return nil }, nil
+	return onPath(f.Path, f.Path.DropReplies)
 }
 
 func (f *DropReplies) Span() Span {

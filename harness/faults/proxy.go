@@ -100,13 +100,25 @@ func (p *Proxy) setMode(m mode) {
 	p.changed = make(chan struct{})
 }
 
-// Freeze stops all forwarding, on open and new connections, until Thaw or
-// Heal. It replaces a cut or a blackhole.
-func (p *Proxy) Freeze() {
+// switchTo closes the open connections for which drop (if not nil) is true,
+// then sets the mode to m, all under p.mu: the mode switch of every fault
+// and of Heal.
+func (p *Proxy) switchTo(m mode, drop func(*link) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.setMode(frozen)
+	if drop != nil {
+		for l := range p.links {
+			if drop(l) {
+				l.close()
+			}
+		}
+	}
+	p.setMode(m)
 }
+
+// Freeze stops all forwarding, on open and new connections, until Thaw or
+// Heal. It replaces a cut or a blackhole.
+func (p *Proxy) Freeze() { p.switchTo(frozen, nil) }
 
 // Thaw resumes forwarding after Freeze, first delivering what was held. It
 // does nothing when the proxy is not frozen.
@@ -121,49 +133,25 @@ func (p *Proxy) Thaw() {
 // Cut closes every open connection, in both directions, and until Heal
 // accepts each new connection only to reset it. Bytes held by a freeze are
 // dropped with their connections. It replaces a freeze or a blackhole.
-func (p *Proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.setMode(cut)
-	for l := range p.links {
-		l.close()
-	}
-}
+func (p *Proxy) Cut() { p.switchTo(cut, func(*link) bool { return true }) }
 
 // Blackhole makes the proxy read and discard everything either side sends,
 // on open and new connections, until Heal; connections stay open. It
 // replaces a freeze (bytes held by it are discarded too) or a cut.
-func (p *Proxy) Blackhole() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.setMode(blackhole)
-}
+func (p *Proxy) Blackhole() { p.switchTo(blackhole, nil) }
 
 // DropReplies forwards what clients send and reads and discards what the
 // server sends back, on open and new connections, until Heal; connections
 // stay open. It replaces a freeze (bytes held by it are delivered to the
 // server, or discarded if they are the server's), a cut or a blackhole.
-func (p *Proxy) DropReplies() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.setMode(dropReplies)
-}
+func (p *Proxy) DropReplies() { p.switchTo(dropReplies, nil) }
 
 // Heal undoes every fault: it thaws (delivering what a freeze held), and
 // ends a cut, a blackhole or dropped replies. A connection that lost bytes to
 // the blackhole or to dropped replies is closed: its stream has a hole and cannot be parsed again,
 // as a real one whose retransmissions timed out; connections that lost
 // nothing go on.
-func (p *Proxy) Heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for l := range p.links {
-		if l.lost {
-			l.close()
-		}
-	}
-	p.setMode(forward)
-}
+func (p *Proxy) Heal() { p.switchTo(forward, func(l *link) bool { return l.lost }) }
 
 // gate waits while the proxy is frozen and says what to do with a chunk of
 // l going to the client (toClient) or to the server: forward it, drop it

@@ -236,14 +236,7 @@ func (r *Run) StartEtcd(ctx context.Context) (string, error) {
 	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "client", ContainerPort: etcdPort}}
 	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
 		TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(etcdPort)}}, PeriodSeconds: 1}
-	if _, err := r.cs.Pods(r.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("kubernetes: create the etcd pod: %w", err)
-	}
-	addr, err := r.awaitServing(ctx, p.Name, etcdPort)
-	if err != nil {
-		return "", err
-	}
-	return "http://" + addr, nil
+	return r.serve(ctx, p, "etcd", etcdPort, "http://")
 }
 
 // StartRedis runs the lock service Redis as a pod of the Run: RedisImage's
@@ -256,19 +249,16 @@ func (r *Run) StartRedis(ctx context.Context) (string, error) {
 	p.Spec.Containers[0].Image = RedisImage
 	p.Spec.Containers[0].Command = []string{"redis-server"}
 	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "redis", ContainerPort: redisPort}}
-	if _, err := r.cs.Pods(r.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("kubernetes: create the redis pod: %w", err)
-	}
-	addr, err := r.awaitServing(ctx, p.Name, redisPort)
-	if err != nil {
-		return "", err
-	}
-	return "redis://" + addr, nil
+	return r.serve(ctx, p, "redis", redisPort, "redis://")
 }
 
-// awaitServing waits until pod name runs and this process connects to its
-// port, and returns its address.
-func (r *Run) awaitServing(ctx context.Context, name string, port int) (string, error) {
+// serve creates the pod p of the lock service what, waits until it runs and
+// this process connects to its port, and returns scheme + its host:port.
+func (r *Run) serve(ctx context.Context, p *corev1.Pod, what string, port int, scheme string) (string, error) {
+	if _, err := r.cs.Pods(r.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("kubernetes: create the %s pod: %w", what, err)
+	}
+	name := p.Name
 	ip, err := r.awaitIP(ctx, name, 2*time.Minute)
 	if err != nil {
 		return "", err
@@ -279,7 +269,7 @@ func (r *Run) awaitServing(ctx context.Context, name string, port int) (string, 
 		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		if err == nil {
 			c.Close()
-			return addr, nil
+			return scheme + addr, nil
 		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("kubernetes: the pod %s at %s: this process cannot connect to it (the driver must reach the pods' addresses): %w; its log: %s", name, addr, err, r.podLog(name))

@@ -83,12 +83,20 @@ func mount(t *testing.T) *lazyfs.FS {
 // mounted reports whether path is a mount point.
 func mounted(path string) bool { return slices.Contains(tempdir.Mounts(path), path) }
 
-func write(t *testing.T, path string, data []byte, sync bool) {
+// openFile opens path (os.OpenFile) or fails the test; the caller closes
+// it.
+func openFile(t *testing.T, path string, flag int, perm os.FileMode) *os.File {
 	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, flag, perm)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
+
+func write(t *testing.T, path string, data []byte, sync bool) {
+	t.Helper()
+	f := openFile(t, path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	defer f.Close()
 	if _, err := f.Write(data); err != nil {
 		t.Fatal(err)
@@ -164,10 +172,7 @@ func TestCrashDropsUnsyncedData(t *testing.T) {
 func TestAppendAfterSync(t *testing.T) {
 	f := mount(t)
 	p := filepath.Join(f.Dir(), "log")
-	fd, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd := openFile(t, p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	defer fd.Close()
 	first := bytes.Repeat([]byte("a"), 5000)
 	if _, err := fd.Write(first); err != nil {
@@ -193,18 +198,12 @@ func TestAppendAfterSync(t *testing.T) {
 func TestSyncThroughAnyDescriptor(t *testing.T) {
 	f := mount(t)
 	p := filepath.Join(f.Dir(), "rel")
-	w, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := openFile(t, p, os.O_CREATE|os.O_WRONLY, 0o644)
 	if _, err := w.Write([]byte("page")); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
-	r, err := os.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openFile(t, p, os.O_RDONLY, 0)
 	if err := r.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -219,10 +218,7 @@ func TestSyncThroughAnyDescriptor(t *testing.T) {
 func TestOSync(t *testing.T) {
 	f := mount(t)
 	p := filepath.Join(f.Dir(), "dsync")
-	fd, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|syscall.O_DSYNC, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd := openFile(t, p, os.O_CREATE|os.O_WRONLY|syscall.O_DSYNC, 0o644)
 	defer fd.Close()
 	if _, err := fd.Write([]byte("durable")); err != nil {
 		t.Fatal(err)
@@ -286,10 +282,7 @@ func TestReplaceViaTruncate(t *testing.T) {
 	write(t, replaced, []byte("old"), true)
 	write(t, replaced, []byte("new"), false) // O_TRUNC
 	write(t, appended, []byte("a"), true)
-	fd, err := os.OpenFile(appended, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd := openFile(t, appended, os.O_WRONLY|os.O_APPEND, 0)
 	if _, err := fd.Write([]byte("b")); err != nil {
 		t.Fatal(err)
 	}
@@ -329,10 +322,7 @@ func TestTruncate(t *testing.T) {
 	f := mount(t)
 	p := filepath.Join(f.Dir(), "bolt.db")
 	write(t, p, bytes.Repeat([]byte("x"), 8192), true)
-	fd, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd := openFile(t, p, os.O_RDWR, 0)
 	defer fd.Close()
 	if _, err := fd.WriteAt([]byte("yy"), 100); err != nil {
 		t.Fatal(err)
@@ -367,10 +357,7 @@ func TestCacheInvalidated(t *testing.T) {
 	p := filepath.Join(f.Dir(), "page")
 	old, new := bytes.Repeat([]byte("A"), 4096), bytes.Repeat([]byte("B"), 4096)
 	write(t, p, old, true)
-	fd, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fd := openFile(t, p, os.O_RDWR, 0)
 	defer fd.Close()
 	if _, err := fd.WriteAt(new, 0); err != nil {
 		t.Fatal(err)

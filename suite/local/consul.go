@@ -20,11 +20,9 @@ import (
 var consulService = &service{
 	name: "consul", title: "Consul", server: "consul (the build of ci/setup.sh)",
 	lease: 200 * time.Millisecond, pause: 800 * time.Millisecond, duration: 6 * time.Second,
-	vars:    []string{"CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_SSL", "CONSUL_HTTP_SSL_VERIFY", "CONSUL_CACERT", "CONSUL_CAPATH", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME"},
-	fromEnv: consulFromEnv("consul", "CONSUL_HTTP_ADDR"),
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartConsul(ctx, o...)
-	},
+	vars:       []string{"CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_SSL", "CONSUL_HTTP_SSL_VERIFY", "CONSUL_CACERT", "CONSUL_CAPATH", "CONSUL_CLIENT_CERT", "CONSUL_CLIENT_KEY", "CONSUL_TLS_SERVER_NAME"},
+	fromEnv:    consulFromEnv("consul", "CONSUL_HTTP_ADDR"),
+	start:      startOf(servers.StartConsul),
 	probe:      probeConsul,
 	diagnose:   diagnoseConsul,
 	hostPortOf: stripScheme,
@@ -35,14 +33,9 @@ var consulService = &service{
 
 // consulCluster is three Consul servers; named by its variable, it takes
 // the CONSUL_* credentials and TLS settings.
-var consulCluster = clusterOf("consul-cluster", "a Consul cluster", "three consul servers", "LOCKSUITE_CONSUL_CLUSTER", consulService,
-	func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
-		return servers.StartConsulCluster(ctx, 3, o...)
-	}).
+var consulCluster = clusterOf("consul-cluster", "a Consul cluster", "three consul servers", "LOCKSUITE_CONSUL_CLUSTER", consulService, threeOf(servers.StartConsulCluster)).
 	withSecurityOf(consulService, consulFromEnv("consul-cluster", "LOCKSUITE_CONSUL_CLUSTER")).
-	onThreeNodes(func(ctx context.Context, h *servers.Hosts) (servers.Cluster, error) {
-		return servers.StartConsulClusterOn(ctx, h, 3)
-	})
+	onThreeNodes(threeOn(servers.StartConsulClusterOn))
 
 const consulAPI = "github.com/hashicorp/consul/api"
 

@@ -28,11 +28,9 @@ import (
 var etcdService = &service{
 	name: "etcd", title: "etcd", server: "an embedded etcd server",
 	lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
-	vars:    []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
-	fromEnv: etcdFromEnv("etcd", "ETCDCTL_ENDPOINTS"),
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartEtcd(ctx, o...)
-	},
+	vars:       []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
+	fromEnv:    etcdFromEnv("etcd", "ETCDCTL_ENDPOINTS"),
+	start:      startOf(servers.StartEtcd),
 	probe:      probeEtcd,
 	diagnose:   diagnoseEtcd,
 	hostPortOf: func(ep string) string { return stripScheme(strings.Split(ep, ",")[0]) },
@@ -44,29 +42,25 @@ var etcdService = &service{
 
 // etcdCluster is three etcd members; named by its variable, it takes the
 // ETCDCTL_* credentials and TLS settings.
-var etcdCluster = clusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", etcdService,
-	func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
-		return servers.StartEtcdCluster(ctx, 3, o...)
-	}).
+var etcdCluster = clusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", etcdService, threeOf(servers.StartEtcdCluster)).
 	withSecurityOf(etcdService, etcdFromEnv("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER")).
-	onThreeNodes(func(ctx context.Context, h *servers.Hosts) (servers.Cluster, error) {
-		return servers.StartEtcdClusterOn(ctx, h, 3)
-	})
+	onThreeNodes(threeOn(servers.StartEtcdClusterOn))
 
-const (
-	etcdClientModule = "go.etcd.io/etcd/client/v3"
-	etcdServerModule = "go.etcd.io/etcd/server/v3"
-)
+const etcdServerModule = "go.etcd.io/etcd/server/v3"
+
+// etcdModules are the etcd backends' modules: the client's, and the
+// server's (embedded).
+var etcdModules = []string{"go.etcd.io/etcd/client/v3", etcdServerModule}
 
 var etcdBackends = []backend{
-	{name: "etcd", kind: adapter, on: etcdService, modules: []string{etcdClientModule, etcdServerModule}, newLocker: newEtcd},
-	{name: "etcd-mutex", kind: library, on: etcdService, modules: []string{etcdClientModule, etcdServerModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+	{name: "etcd", kind: adapter, on: etcdService, modules: etcdModules, newLocker: newEtcd},
+	{name: "etcd-mutex", kind: library, on: etcdService, modules: etcdModules, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 		// Not cl.Key itself: the counter store's keys are under
 		// cl.Key+"/", and the mutex would wait for them as for older
 		// waiters.
 		return etcdmutex.New(etcdmutex.Config{Endpoints: c.addrs(), TLS: c.tls, Username: c.user, Password: c.password, Dial: cl.Dial, Key: cl.Key + "/mutex", TTL: cl.Lease})
 	}},
-	{name: "etcd-cluster", kind: cluster, on: etcdCluster, modules: []string{etcdClientModule, etcdServerModule}, newLocker: newEtcd},
+	{name: "etcd-cluster", kind: cluster, on: etcdCluster, modules: etcdModules, newLocker: newEtcd},
 }
 
 func newEtcd(c *conn, cl suite.Client) (backends.Locker, error) {

@@ -28,9 +28,7 @@ var mysqlService = &service{
 	fromEnv:    mysqlFromEnv,
 	diagnose:   diagnoseMySQL,
 	hostPortOf: mysqlHostPort,
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartMariaDB(ctx, o...)
-	},
+	start:      startOf(servers.StartMariaDB),
 	probe:      probeMySQL,
 	servers:    oneProcess("mariadbd", noClockMariaDB),
 	durability: servers.DurabilityPackaged,

@@ -29,21 +29,16 @@ var natsService = &service{
 	fromEnv:    natsFromEnv("NATS_URL"),
 	diagnose:   diagnoseNATS,
 	hostPortOf: natsHostPort,
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartNATS(ctx, o...)
-	},
-	probe:   probeNATS,
-	servers: oneProcess("nats-server", noClockGo),
-	version: func() string { return "embedded: " + natsServerModule + " v" + server.VERSION },
+	start:      startOf(servers.StartNATS),
+	probe:      probeNATS,
+	servers:    oneProcess("nats-server", noClockGo),
+	version:    func() string { return "embedded: " + natsServerModule + " v" + server.VERSION },
 }
 
 // natsCluster is three NATS servers; named by its variable, it takes the
 // credentials in its URLs.
 var natsCluster = func() *service {
-	s := clusterOf("nats-cluster", "a NATS cluster", "three embedded nats-servers", "LOCKSUITE_NATS_CLUSTER", natsService,
-		func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
-			return servers.StartNATSCluster(ctx, 3, o...)
-		})
+	s := clusterOf("nats-cluster", "a NATS cluster", "three embedded nats-servers", "LOCKSUITE_NATS_CLUSTER", natsService, threeOf(servers.StartNATSCluster))
 	s.fromEnv = natsFromEnv("LOCKSUITE_NATS_CLUSTER") // credentials in the URLs
 	return s
 }()
@@ -54,18 +49,19 @@ var natsCluster = func() *service {
 var natsSync = variantOf(natsService, "nats-kv-sync", "NATS with sync_interval always", "an embedded nats-server with sync_interval: always",
 	"LOCKSUITE_NATS_SYNC", servers.DurabilitySyncAlways, natsFromEnv("LOCKSUITE_NATS_SYNC"))
 
-const (
-	natsClientModule = "github.com/nats-io/nats.go"
-	natsServerModule = "github.com/nats-io/nats-server/v2"
-)
+const natsServerModule = "github.com/nats-io/nats-server/v2"
+
+// natsModules are the NATS backends' modules: the client's, and the
+// server's (embedded).
+var natsModules = []string{"github.com/nats-io/nats.go", natsServerModule}
 
 var natsBackends = []backend{
-	{name: "nats-kv", kind: adapter, on: natsService, modules: []string{natsClientModule, natsServerModule}, newLocker: newNATSKV},
-	{name: "nats-cluster", kind: cluster, on: natsCluster, modules: []string{natsClientModule, natsServerModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+	{name: "nats-kv", kind: adapter, on: natsService, modules: natsModules, newLocker: newNATSKV},
+	{name: "nats-cluster", kind: cluster, on: natsCluster, modules: natsModules, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 		// The lock's bucket replicated on all three servers.
 		return natskv.New(natskv.Config{URL: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Replicas: 3})
 	}},
-	{name: "nats-kv-sync", kind: variant, on: natsSync, modules: []string{natsClientModule, natsServerModule}, newLocker: newNATSKV},
+	{name: "nats-kv-sync", kind: variant, on: natsSync, modules: natsModules, newLocker: newNATSKV},
 }
 
 // newNATSKV is the nats-kv adapter's Locker on the server at c.

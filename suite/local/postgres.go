@@ -27,11 +27,9 @@ import (
 var postgresService = &service{
 	name: "postgres", title: "Postgres", server: "initdb and postgres",
 	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-	vars:    []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
-	fromEnv: postgresFromEnv,
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartPostgres(ctx, o...)
-	},
+	vars:       []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
+	fromEnv:    postgresFromEnv,
+	start:      startOf(servers.StartPostgres),
 	probe:      probePostgres,
 	diagnose:   diagnosePostgres,
 	hostPortOf: pgHostPort,

@@ -29,11 +29,9 @@ const RedisCACertEnv = "LOCKSUITE_REDIS_CACERT"
 var redisService = &service{
 	name: "redis", title: "Redis", server: "redis-server",
 	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-	vars:    []string{"REDIS_URL", RedisCACertEnv},
-	fromEnv: redisFromEnv("redis", "REDIS_URL"),
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartRedis(ctx, o...)
-	},
+	vars:       []string{"REDIS_URL", RedisCACertEnv},
+	fromEnv:    redisFromEnv("redis", "REDIS_URL"),
+	start:      startOf(servers.StartRedis),
 	probe:      probeRedis,
 	diagnose:   diagnoseRedis,
 	hostPortOf: urlHost,
@@ -66,10 +64,7 @@ var redis3Service = &service{
 // settings. On nodes, it takes five: the primary, the replica, and a
 // Sentinel on each of the others.
 var redisSentinel = func() *service {
-	s := clusterOf("redis-sentinel", "Redis with Sentinel", "redis-server and redis-sentinel (a primary, a replica, three Sentinels)", "LOCKSUITE_REDIS_SENTINEL", redisService,
-		func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
-			return servers.StartRedisSentinel(ctx, o...)
-		})
+	s := clusterOf("redis-sentinel", "Redis with Sentinel", "redis-server and redis-sentinel (a primary, a replica, three Sentinels)", "LOCKSUITE_REDIS_SENTINEL", redisService, servers.StartRedisSentinel)
 	s.nodes = &onNodes{n: 5, members: 2, direct: redisDirect,
 		start: func(ctx context.Context, h *servers.Hosts, o suite.NodeOptions) (servers.Cluster, error) {
 			var so servers.SentinelOptions

@@ -273,17 +273,28 @@ func (s *service) chaos() suite.Chaos {
 	return c
 }
 
+// startOf is servers' StartX of one server or a cluster (S), as
+// service.start.
+func startOf[S servers.Server](start func(context.Context, ...servers.Option) (S, error)) func(context.Context, ...servers.Option) (servers.Server, error) {
+	return func(ctx context.Context, opts ...servers.Option) (servers.Server, error) {
+		return start(ctx, opts...)
+	}
+}
+
+// threeOf is servers' StartXCluster of n members with n = 3.
+func threeOf[C servers.Cluster](start func(context.Context, int, ...servers.Option) (C, error)) func(context.Context, ...servers.Option) (C, error) {
+	return func(ctx context.Context, opts ...servers.Option) (C, error) { return start(ctx, 3, opts...) }
+}
+
 // clusterOf is a cluster of single's servers (what server says), started
 // by start: it takes single's defaults, durability and version. A cluster
 // named by its variable v is used as it is, unprobed and without Servers.
-func clusterOf(name, title, server, v string, single *service, start func(context.Context, ...servers.Option) (servers.Cluster, error)) *service {
+func clusterOf[C servers.Cluster](name, title, server, v string, single *service, start func(context.Context, ...servers.Option) (C, error)) *service {
 	return &service{
 		name: name, title: title, server: server,
 		lease: single.lease, pause: single.pause, pauses: single.pauses, duration: single.duration,
-		vars: []string{v},
-		start: func(ctx context.Context, opts ...servers.Option) (servers.Server, error) {
-			return start(ctx, opts...)
-		},
+		vars:       []string{v},
+		start:      startOf(start),
 		durability: single.durability,
 		timeout:    60 * time.Second, // three processes, and an election
 		servers:    clusterServersOf,
@@ -325,12 +336,18 @@ func (s *service) withSecurityOf(single *service, fromEnv func() (*conn, error))
 }
 
 // onThreeNodes makes s start anew on three nodes, one member each (the
-// node scenarios), with start.
-func (s *service) onThreeNodes(start func(ctx context.Context, h *servers.Hosts) (servers.Cluster, error)) *service {
-	s.nodes = &onNodes{n: 3, members: 3, start: func(ctx context.Context, h *servers.Hosts, _ suite.NodeOptions) (servers.Cluster, error) {
-		return start(ctx, h)
-	}}
+// node scenarios), with start (threeOn).
+func (s *service) onThreeNodes(start func(context.Context, *servers.Hosts, suite.NodeOptions) (servers.Cluster, error)) *service {
+	s.nodes = &onNodes{n: 3, members: 3, start: start}
 	return s
+}
+
+// threeOn is servers' StartXClusterOn of n members with n = 3, for
+// onThreeNodes (it takes no NodeOptions).
+func threeOn[C servers.Cluster](start func(context.Context, *servers.Hosts, int, ...servers.Option) (C, error)) func(context.Context, *servers.Hosts, suite.NodeOptions) (servers.Cluster, error) {
+	return func(ctx context.Context, h *servers.Hosts, _ suite.NodeOptions) (servers.Cluster, error) {
+		return start(ctx, h, 3)
+	}
 }
 
 // unknown is the error for a name that is neither a backend nor a service.

@@ -46,11 +46,9 @@ const (
 var zookeeperService = &service{
 	name: "zookeeper", title: "ZooKeeper", server: "java with Debian's zookeeper.jar",
 	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-	vars:    []string{"ZOOKEEPER_ADDRS", ZooKeeperAuthEnv, ZooKeeperCACertEnv, ZooKeeperCertEnv, ZooKeeperKeyEnv},
-	fromEnv: zookeeperFromEnv("zookeeper", "ZOOKEEPER_ADDRS"),
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartZooKeeper(ctx, o...)
-	},
+	vars:       []string{"ZOOKEEPER_ADDRS", ZooKeeperAuthEnv, ZooKeeperCACertEnv, ZooKeeperCertEnv, ZooKeeperKeyEnv},
+	fromEnv:    zookeeperFromEnv("zookeeper", "ZOOKEEPER_ADDRS"),
+	start:      startOf(servers.StartZooKeeper),
 	probe:      probeZooKeeper,
 	diagnose:   diagnoseZooKeeper,
 	hostPortOf: func(ep string) string { return strings.TrimSpace(strings.Split(ep, ",")[0]) },
@@ -61,10 +59,7 @@ var zookeeperService = &service{
 
 // zookeeperEnsemble is three ZooKeeper servers; named by its variable, it
 // takes the LOCKSUITE_ZOOKEEPER_* security settings.
-var zookeeperEnsemble = clusterOf("zookeeper-ensemble", "a ZooKeeper ensemble", "three ZooKeeper servers", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperService,
-	func(ctx context.Context, o ...servers.Option) (servers.Cluster, error) {
-		return servers.StartZooKeeperEnsemble(ctx, 3, o...)
-	}).
+var zookeeperEnsemble = clusterOf("zookeeper-ensemble", "a ZooKeeper ensemble", "three ZooKeeper servers", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperService, threeOf(servers.StartZooKeeperEnsemble)).
 	withSecurityOf(zookeeperService, zookeeperFromEnv("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE"))
 
 const goZooKeeper = "github.com/go-zookeeper/zk"

@@ -1,6 +1,7 @@
 // Package kube is what the two Kubernetes Lease adapters (k8slease,
 // leaderelection) share: a client of their own for the coordination.k8s.io
-// API, the checks of their configuration, and the Lease's removal.
+// API, the defaults and checks of their configuration, the lease a Locker
+// holds (for its Close), and the Lease's removal.
 package kube
 
 import (
@@ -11,6 +12,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +22,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/dialer"
 )
 
@@ -67,9 +71,29 @@ func NewClient(prefix string, rc *rest.Config, dial dialer.Func, ns string) (*Cl
 // Close closes the client's idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
-// Check checks the namespace, the Lease's name and its duration:
+// Check gives a zero *ttl client-go's default LeaseDuration, 15 s, and
+// checks the namespace, the Lease's name and *ttl:
 // Lease.spec.leaseDurationSeconds is a whole number of seconds, at least 1.
-func Check(prefix, ns, name string, ttl time.Duration) error {
+// It then gives a zero *retry client-go's default proportion, *ttl × 2/15
+// (2 s of 15 s), and an empty *identity "locksuite-" and 12 random hex
+// digits (Identity).
+func Check(prefix, ns, name string, ttl, retry *time.Duration, identity *string) error {
+	if *ttl == 0 {
+		*ttl = 15 * time.Second
+	}
+	if err := check(prefix, ns, name, *ttl); err != nil {
+		return err
+	}
+	if *retry == 0 {
+		*retry = *ttl * 2 / 15
+	}
+	if *identity == "" {
+		*identity = Identity("locksuite-")
+	}
+	return nil
+}
+
+func check(prefix, ns, name string, ttl time.Duration) error {
 	if ns == "" {
 		return fmt.Errorf("%s: Config.Namespace is empty: name the namespace of the Lease", prefix)
 	}
@@ -94,6 +118,50 @@ func Identity(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
+}
+
+// Holding is what a Locker keeps for its Close: whether it is closed, and
+// the lease it granted and has not released. The zero Holding is ready to
+// use.
+type Holding struct {
+	closed atomic.Bool
+	mu     sync.Mutex
+	held   backends.Lease
+}
+
+// Closed reports whether Close was called.
+func (h *Holding) Closed() bool { return h.closed.Load() }
+
+// Hold records l as the lease held.
+func (h *Holding) Hold(l backends.Lease) {
+	h.mu.Lock()
+	h.held = l
+	h.mu.Unlock()
+}
+
+// Released forgets l if it is the lease held.
+func (h *Holding) Released(l backends.Lease) {
+	h.mu.Lock()
+	if h.held == l {
+		h.held = nil
+	}
+	h.mu.Unlock()
+}
+
+// Close marks the Locker closed and, the first time it is called, calls
+// release with the lease held (if one is) and then closes c; later calls do
+// nothing. It is the Locker's Close.
+func (h *Holding) Close(c *Client, release func(backends.Lease)) {
+	if h.closed.Swap(true) {
+		return
+	}
+	h.mu.Lock()
+	l := h.held
+	h.mu.Unlock()
+	if l != nil {
+		release(l)
+	}
+	c.Close()
 }
 
 // Delete deletes the Lease name; a Lease already gone is no error.
