@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"os"
 	"context"
 	"fmt"
 	"runtime"
@@ -390,12 +389,10 @@ func (s *scheduler) launch(j *job) {
 		s.lastBusy = time.Now()
 	}
 	s.wg.Add(1)
-	traceJob("start", j, s)
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
 		j.row, j.err = protect(ctx, j.run)
-		defer traceJob("end", j, s)
 		s.mu.Lock()
 		delete(s.running, j)
 		if j.class == busy {
@@ -449,15 +446,4 @@ func estimate(sc *Scenario, cfg *Config) time.Duration {
 		return 10 * time.Second
 	}
 	return 3 * cfg.Lease
-}
-
-var traceT0 = time.Now()
-
-func traceJob(what string, j *job, s *scheduler) {
-	if p := os.Getenv("LOCKSUITE_TRACE"); p != "" {
-		f, _ := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		idle, _ := s.meter.idleCPUs()
-		fmt.Fprintf(f, "%.2f %s %d %v %s %s %.2f\n", time.Since(traceT0).Seconds(), what, j.class, j.touches.faults, j.row.Backend, j.row.Scenario, idle)
-		f.Close()
-	}
 }
