@@ -36,9 +36,9 @@ type Options struct {
 	// (a run is mostly waiting: for a lease to expire, for a chaos run's
 	// seconds, for a server). A scenario that faults a service's servers
 	// (Scenario.Exclusive) runs alone on that service: beside no run whose
-	// lock or counter store is there (Config.Service, Config.StoreService);
-	// the crash scenarios run one at a time, and the node scenarios, or one
-	// of a Config without a Service, alone. Chaos runs (worker processes)
+	// lock or counter store is there (Config.Service, Config.StoreService),
+	// and first when it faults the store's service; the node scenarios, or
+	// one of a Config without a Service, alone. Chaos runs (worker processes)
 	// go one per CPU, more only while the machine has half a CPU idle
 	// (measured each second). Each spec still reports, asserts and
 	// times out as its own. 0 means DefaultParallel(); 1 runs each

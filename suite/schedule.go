@@ -23,8 +23,7 @@ import (
 // beside no run whose lock or counter store is there (Config.Service,
 // Config.StoreService), while runs on the other services go on; one whose
 // Config names no Service, or that starts services on network namespaces
-// of its own (the node scenarios), runs alone; the crash scenarios run one
-// at a time, since a restart's length is part of what they measure. A job
+// of its own (the node scenarios), runs alone. A job
 // that keeps processes busy (busy: a chaos run's worker
 // processes, whose verdict depends on their getting the CPU when its
 // schedule says) runs beside at most busySlots-1 others of its kind, one
@@ -38,8 +37,9 @@ import (
 // cells and the number of updates lost moved); with other processes
 // loading the machine, six at once lost updates with no fault on a 200 ms
 // lease, so the bound keeps a margin.
-// Exclusive jobs go first, in the order they came, then the rest, the
-// longest first (by their estimate: the longest-processing-time rule,
+// Exclusive jobs go first, those that fault what every run uses (the
+// store's service) ahead, when no run has started yet to wait for; then
+// the rest, the longest first (by their estimate: the longest-processing-time rule,
 // which leaves the fewest slots idle at the end); a spec that waits for a
 // job not started yet moves it ahead of the other jobs that are not
 // exclusive, so that no spec waits for more than a slot to free and its own
@@ -88,6 +88,10 @@ const everything = "*"
 // no other running job may use or fault.
 type footprint struct {
 	uses, faults []string
+	// broad says the job faults what every run uses: the store's service
+	// (Config.StoreService), or everything. Such jobs go first, when no
+	// run has started yet to wait for.
+	broad bool
 }
 
 // footprintOf is what the runs of sc for cfg touch.
@@ -104,15 +108,12 @@ func footprintOf(sc *Scenario, cfg *Config) footprint {
 	if !sc.Exclusive || skips(sc, cfg) {
 		return f
 	}
-	switch {
-	case cfg.Service == "" || sc.Family == FamilyNodes:
+	if cfg.Service == "" || sc.Family == FamilyNodes {
 		f.faults = []string{everything}
-	case sc.Family == FamilyCrash:
-		f.faults = []string{cfg.Service, FamilyCrash}
-	default:
+	} else {
 		f.faults = []string{cfg.Service}
 	}
-	f.uses = append(f.uses, f.faults...)
+	f.broad = cfg.Service == "" || sc.Family == FamilyNodes || cfg.Service == cfg.StoreService
 	return f
 }
 
@@ -218,10 +219,22 @@ func (s *scheduler) add(run func(context.Context) (report.Row, error), c class, 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j.queued = true
-	// The exclusive jobs first, in the order they came; then the others,
-	// the longest first, in the order they came among equals.
+	// The exclusive jobs first, those that fault what every run uses
+	// (broad) ahead, in the order they came; then the others, the longest
+	// first, in the order they came among equals.
+	rank := func(c class, f footprint) int {
+		switch {
+		case c == exclusive && f.broad:
+			return 0
+		case c == exclusive:
+			return 1
+		}
+		return 2
+	}
+	r := rank(c, f)
 	i := slices.IndexFunc(s.queue, func(q *job) bool {
-		return c == exclusive && q.class != exclusive || c != exclusive && q.class != exclusive && q.estimate < estimate
+		qr := rank(q.class, q.touches)
+		return qr > r || qr == 2 && r == 2 && q.estimate < estimate
 	})
 	if i < 0 {
 		i = len(s.queue)

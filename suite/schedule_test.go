@@ -73,7 +73,7 @@ func (l *runLog) add(s *scheduler, specs ...jobSpec) (gates []*gate, jobs []*job
 		gates = append(gates, g)
 		f := footprint{uses: []string{everything}}
 		if j.class == exclusive {
-			f.faults = f.uses
+			f.faults, f.broad = f.uses, true
 		}
 		if j.touches != nil {
 			f = *j.touches
@@ -266,17 +266,14 @@ func TestSchedulerSkipsNeedNoExclusivity(t *testing.T) {
 }
 
 // TestSchedulerServices: an exclusive job runs alone on its service only:
-// beside runs of other services, not beside a run on its service or one
-// whose store is there; crash jobs run one at a time; an exclusive job that
-// waits for the runs on its service to end holds back the jobs queued
-// behind it there, and one that waits for another exclusive job does not.
+// beside runs of other services (a crash beside another service's crash
+// too), not beside a run on its service or one whose store is there; a
+// job that faults the store's service goes first, alone.
 func TestSchedulerServices(t *testing.T) {
 	on := func(sc, service string) *footprint {
 		f := footprintOf(scenarioNamed(sc), &Config{Service: service, StoreService: "postgres", Servers: crashable{}})
 		return &f
 	}
-	started := func(l *runLog) []string { l.mu.Lock(); defer l.mu.Unlock(); return sorted(l.order) }
-	settle := func() { time.Sleep(50 * time.Millisecond) } // a start the rules forbid, if they failed
 	l := newRunLog()
 	s := newScheduler(6, types.SuiteConfig{})
 	defer s.stop()
@@ -287,78 +284,76 @@ func TestSchedulerServices(t *testing.T) {
 		jobSpec{"baseline-redis", waits, 3 * time.Second, on(Baseline, "redis")},
 		jobSpec{"baseline-etcd", waits, 2 * time.Second, on(Baseline, "etcd")},
 		jobSpec{"baseline-consul", waits, time.Second, on(Baseline, "consul")},
-		jobSpec{"contract-redis", waits, time.Millisecond, on(Contract, "redis")})
-	// Only the first job is awaited while they run: a spec's await moves
-	// its job ahead, which would make the order the test checks random.
-	errs := make(chan error, len(jobs))
-	go func() { _, err := s.await(context.Background(), jobs[0]); errs <- err }()
-	expect := func(step string, want ...string) {
+		jobSpec{"stall-postgres", exclusive, time.Second, on(ServerStall, "postgres")})
+	expect := l.expecter(t, s, jobs[0])
+	expect("at first", "stall-postgres")
+	close(gates[6].release)
+	expect("after stall-postgres", "stall-postgres", "stall-redis", "crash-etcd", "baseline-consul")
+	close(gates[0].release) // stall-redis: redis's crash, beside etcd's
+	expect("after stall-redis", "stall-postgres", "stall-redis", "crash-etcd", "baseline-consul", "crash-redis")
+	close(gates[1].release) // crash-etcd: etcd's baseline
+	expect("after crash-etcd", "stall-postgres", "stall-redis", "crash-etcd", "baseline-consul", "crash-redis", "baseline-etcd")
+	close(gates[2].release) // crash-redis: redis's baseline
+	expect("after crash-redis", "stall-postgres", "stall-redis", "crash-etcd", "baseline-consul", "crash-redis", "baseline-etcd", "baseline-redis")
+	for _, g := range gates[3:6] {
+		close(g.release)
+	}
+	l.awaitAll(t, s, jobs[1:])
+	if b := l.beside["stall-postgres"]; len(b) != 0 {
+		t.Errorf("the store's service was stalled beside %v", b)
+	}
+}
+
+// TestSchedulerDrains: an exclusive job that waits for a run on what it
+// faults to end holds back the jobs queued behind it there (so that they
+// do not keep it waiting forever); one that waits for another exclusive
+// job does not.
+func TestSchedulerDrains(t *testing.T) {
+	l := newRunLog()
+	s := newScheduler(6, types.SuiteConfig{})
+	defer s.stop()
+	gates, jobs := l.add(s,
+		jobSpec{"e1", exclusive, time.Second, &footprint{faults: []string{"x"}, uses: []string{"x"}}},
+		jobSpec{"e2", exclusive, time.Second, &footprint{faults: []string{"a"}, uses: []string{"a", "x"}}},
+		jobSpec{"r", waits, 2 * time.Second, &footprint{uses: []string{"a"}}},
+		jobSpec{"later", waits, time.Second, &footprint{uses: []string{"a"}}})
+	expect := l.expecter(t, s, jobs[0])
+	// e2 waits for e1, and holds nothing back: r starts; then e2 waits for
+	// r too, and holds later back.
+	expect("at first", "e1", "r")
+	close(gates[0].release)
+	expect("after e1", "e1", "r")
+	close(gates[2].release)
+	expect("after r", "e1", "r", "e2")
+	close(gates[1].release)
+	expect("after e2", "e1", "r", "e2", "later")
+	close(gates[3].release)
+	l.awaitAll(t, s, jobs[1:])
+}
+
+// expecter awaits first (in a goroutine; only one job is awaited while
+// they run, since a spec's await moves its job ahead, which would make the
+// order checked random) and returns a check of the jobs started so far.
+func (l *runLog) expecter(t *testing.T, s *scheduler, first *job) func(step string, want ...string) {
+	go func() { _, _ = s.await(context.Background(), first) }()
+	started := func() []string { l.mu.Lock(); defer l.mu.Unlock(); return sorted(l.order) }
+	return func(step string, want ...string) {
 		t.Helper()
-		waitUntil(t, func() bool { return len(started(l)) >= len(want) })
-		settle()
-		if got := started(l); !slices.Equal(got, sorted(want)) {
+		waitUntil(t, func() bool { return len(started()) >= len(want) })
+		time.Sleep(50 * time.Millisecond) // a start the rules forbid, if they failed
+		if got := started(); !slices.Equal(got, sorted(want)) {
 			t.Errorf("%s: started %v, want %v", step, got, sorted(want))
 		}
 	}
-	seen := []string{"stall-redis", "crash-etcd", "baseline-consul"}
-	expect("at first", seen...)
-	// stall-redis ends: redis's crash waits for etcd's (one crash at a
-	// time) and holds nothing back: redis's baseline starts.
-	close(gates[0].release)
-	seen = append(seen, "baseline-redis")
-	expect("after stall-redis", seen...)
-	// crash-etcd ends: redis's crash waits for redis's baseline to end,
-	// and holds back the contract queued behind it; etcd's baseline starts.
-	close(gates[1].release)
-	seen = append(seen, "baseline-etcd")
-	expect("after crash-etcd", seen...)
-	close(gates[3].release) // baseline-redis: redis's crash
-	seen = append(seen, "crash-redis")
-	expect("after baseline-redis", seen...)
-	close(gates[2].release) // crash-redis: the contract
-	seen = append(seen, "contract-redis")
-	expect("after crash-redis", seen...)
-	if b := l.beside["crash-redis"]; slices.Contains(b, "baseline-redis") || slices.Contains(b, "contract-redis") || slices.Contains(b, "crash-etcd") {
-		t.Errorf("redis's crash ran beside %v", b)
-	}
-	for _, g := range gates[4:] {
-		close(g.release)
-	}
-	if err := <-errs; err != nil {
-		t.Error(err)
-	}
-	for _, j := range jobs[1:] {
+}
+
+// awaitAll takes every job's result.
+func (l *runLog) awaitAll(t *testing.T, s *scheduler, jobs []*job) {
+	t.Helper()
+	for _, j := range jobs {
 		if _, err := s.await(context.Background(), j); err != nil {
 			t.Error(err)
 		}
-	}
-
-	// The store's service stalled: nothing that writes there runs beside
-	// it, though slots are free.
-	l = newRunLog()
-	s2 := newScheduler(4, types.SuiteConfig{})
-	defer s2.stop()
-	gates, jobs = l.add(s2, jobSpec{"baseline-redis", waits, time.Second, on(Baseline, "redis")},
-		jobSpec{"stall-postgres", exclusive, time.Second, on(ServerStall, "postgres")},
-		jobSpec{"baseline-etcd", waits, time.Second, on(Baseline, "etcd")})
-	for _, j := range jobs {
-		go func() { _, err := s2.await(context.Background(), j); errs <- err }()
-	}
-	waitUntil(t, func() bool { return len(started(l)) >= 1 })
-	settle()
-	if got := started(l); !slices.Equal(got, []string{"stall-postgres"}) {
-		t.Errorf("started %v, want the stall of the store's service alone", got)
-	}
-	close(gates[1].release)
-	close(gates[0].release)
-	close(gates[2].release)
-	for range jobs {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
-	}
-	if b := l.beside["stall-postgres"]; len(b) != 0 {
-		t.Errorf("the store's service was stalled beside %v", b)
 	}
 }
 
