@@ -68,19 +68,20 @@ const ParallelEnv = "LOCKSUITE_PARALLEL"
 
 // DefaultParallel is how many scenario runs Execute lets go at once when
 // Options.Parallel is 0: ParallelEnv if it is set to a positive number,
-// else three times the number of CPUs this process may use, at least 2 and
+// else four times the number of CPUs this process may use, at least 2 and
 // at most 8. A run spends most of its time waiting (for a lease to expire,
 // for a chaos schedule, for a server), not computing; many more runs than
 // that would crowd a small machine's CPUs, and a holder starved of CPU for
 // longer than its lease would be a false alarm of the harness's own making:
-// so the chaos runs, whose worker processes keep the CPUs busy, go at most
-// one per CPU beside the runs that wait (docs/measurements.md has the
-// default run's times with each bound).
+// so the chaos runs, whose worker processes keep the CPUs busy, go one per
+// CPU beside the runs that wait, and more only while the machine has half a
+// CPU idle (docs/measurements.md has the default run's times with each
+// bound).
 func DefaultParallel() int {
 	if n, err := strconv.Atoi(os.Getenv(ParallelEnv)); err == nil && n > 0 {
 		return n
 	}
-	return min(max(3*runtime.GOMAXPROCS(0), 2), 8)
+	return min(max(4*runtime.GOMAXPROCS(0), 2), 8)
 }
 
 // Results is what Execute returns.

@@ -76,7 +76,7 @@ const (
 	// busySettle is how long after a busy job starts the next one beyond
 	// busySlots may: the worker processes a chaos run starts take that
 	// long to show in the idle time.
-	busySettle = 2 * time.Second
+	busySettle = 900 * time.Millisecond
 )
 
 // everything is the resource of a job that may touch anything: one

@@ -105,7 +105,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.rows, "rows", false, "print every row (one per run) above the matrix; with --repeat, one line per backend, fencing and scenario with the counts (default: the matrix only)")
 	fs.StringVar(&o.junit, "junit", "", "also write Ginkgo's JUnit XML report to `FILE` (default: not written)")
 	fs.IntVar(&o.repeat, "repeat", 1, "run each scenario `N` times and summarize the verdicts")
-	fs.IntVar(&o.parallel, "parallel", 0, fmt.Sprintf("run up to `N` scenario runs at once; a run that faults a server runs alone on that service; 1: one after another (default %d here: three times the CPUs, 2 to 8, or %s)", suite.DefaultParallel(), suite.ParallelEnv))
+	fs.IntVar(&o.parallel, "parallel", 0, fmt.Sprintf("run up to `N` scenario runs at once; a run that faults a server runs alone on that service; 1: one after another (default %d here: four times the CPUs, 2 to 8, or %s)", suite.DefaultParallel(), suite.ParallelEnv))
 	fs.DurationVar(&o.lease, "lease", 0, leaseHelp())
 	fs.DurationVar(&o.duration, "duration", 2*time.Second, "how long the baseline and the control run")
 	fs.IntVar(&o.clients, "clients", 3, "concurrent clients in the baseline and the control")
