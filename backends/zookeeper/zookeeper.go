@@ -246,8 +246,10 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 }
 
 // create makes this client's sequence znode, creating the lock's znode
-// and its parents (persistent, empty) if missing. Each request returns
-// when ctx is done (zksession.Call).
+// and its parents (persistent, empty) if missing. A parent that another
+// lock's Cleanup removed between two of these creates (it was empty then)
+// makes it start over. Each request returns when ctx is done
+// (zksession.Call).
 func (l *locker) create(ctx context.Context, s *zksession.Session, node *zksession.Protected) error {
 	for {
 		_, err := node.Create(ctx)
@@ -259,6 +261,9 @@ func (l *locker) create(ctx context.Context, s *zksession.Session, node *zksessi
 			parent += "/" + c
 			p := parent
 			_, err := zksession.Call(ctx, func() (string, error) { return s.Conn.Create(p, nil, 0, l.ACL) })
+			if errors.Is(err, zk.ErrNoNode) {
+				break // removed meanwhile: start over
+			}
 			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return err
 			}
