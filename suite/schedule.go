@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/run"
 	"github.com/locksuite/locksuite/harness/traffic"
 )
 
@@ -122,31 +125,25 @@ func footprintOf(sc *Scenario, cfg *Config) footprint {
 
 // skips says whether the exclusive scenario sc surely skips for cfg, so
 // that its run faults nothing: a fenced Config of an unfenced-only
-// scenario, a node scenario without Config.Nodes, a server fault without
-// server processes, a failover without a leader, a crash of a service that
-// cannot crash so or that is not the kind (a single server, a cluster) the
-// scenario crashes. These are the conditions of the faults' own Applies;
-// any other case is taken to fault.
+// scenario, a node scenario without Config.Nodes, a failover without a
+// leader (the first condition of faults.LeaderKill's Applies, whose rest
+// waits for the service's health), or a scenario whose fault's own
+// Applies says it does not apply (a server fault without server
+// processes, a crash the service cannot take or not of its kind: those
+// Applies read the Config alone).
 func skips(sc *Scenario, cfg *Config) bool {
-	if cfg.Fenced && sc.unfenced != "" {
+	switch {
+	case cfg.Fenced && sc.unfenced != "":
 		return true
-	}
-	if sc.Family == FamilyNodes {
+	case sc.Family == FamilyNodes:
 		return cfg.Nodes == nil
+	case sc.Family == FamilyCluster:
+		_, ok := cfg.Servers.(Leaderer)
+		return !ok
+	case sc.fault == nil:
+		return false
 	}
-	if cfg.Servers == nil || len(cfg.Servers.Members()) == 0 {
-		return true
-	}
-	_, cluster := cfg.Servers.(Leaderer)
-	switch sc.Family {
-	case FamilyCluster:
-		return !cluster
-	case FamilyCrash:
-		c, ok := cfg.Servers.(Crasher)
-		whole := sc.Name == ClusterCrash || sc.Name == ClusterPowerLoss
-		return !ok || whole != cluster || c.CanCrash(sc.Name == PowerLoss || sc.Name == ClusterPowerLoss) != nil
-	}
-	return false
+	return errors.Is(sc.fault(cfg, &run.Fixture{}).Applies(context.Background()), faults.ErrNotApplicable)
 }
 
 // overlaps says whether a resource of a is one of b (everything overlaps
@@ -366,8 +363,8 @@ func (s *scheduler) busyFree() bool {
 // running job, is not held back by the busy jobs' bound, and conflicts with
 // no exclusive job ahead of it that waits for the runs on its service to
 // end (so that the runs queued behind it do not keep its service busy
-// forever; one that waits for another exclusive job holds nothing back,
-// so that a service whose crash waits for another's goes on meanwhile).
+// forever; one that waits only for another exclusive job holds nothing
+// back).
 // Called with s.mu held.
 func (s *scheduler) next() int {
 	if len(s.running) >= s.parallel {

@@ -197,10 +197,12 @@ var kubeDisabledAdmission = []string{
 // and the namespace "locksuite" is there again. Sync syncs etcd's data
 // directory. WithDurability is etcd's: DurabilityHarness (the default)
 // runs it with --unsafe-no-fsync, DurabilityPackaged with fsync on commit.
-// WithAuth and WithTLS are refused: the server always has TLS and a token. Everything it needs is made in a temporary directory
-// that Stop removes: a test CA and a server certificate for 127.0.0.1, a
-// service-account signing key (ECDSA P-256), and a static token file with one
-// user, "locksuite", in the group system:masters.
+// WithAuth and WithTLS are refused: the server always has TLS and a token.
+//
+// Everything it needs is made in a temporary directory that Stop removes:
+// a test CA and a server certificate for 127.0.0.1, a service-account
+// signing key (ECDSA P-256), and a static token file with one user,
+// "locksuite", in the group system:masters.
 //
 // The server authorizes every authenticated request
 // (--authorization-mode=AlwaysAllow; anonymous requests are refused), runs
