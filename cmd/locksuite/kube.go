@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -12,58 +11,52 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/locksuite/locksuite/harness/kuberun"
+	"github.com/locksuite/locksuite/suite/local"
 )
 
 // startKube starts --kubernetes's run in the cluster of the kubeconfig
 // (KUBECONFIG, or ~/.kube/config): the Run (kuberun.Start, which deletes
 // the stale runs of the namespace first), its etcd pod (the counter's
 // store, and the etcd backends' service) and, for the redis backend, its
-// Redis pod, which the servers of this process then reach through
-// ETCDCTL_ENDPOINTS and REDIS_URL, as a user's own.
-func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, error) {
+// Redis pod. It returns them as local.WithServer options.
+func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, []local.Option, error) {
 	t0 := time.Now()
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{})
 	cfg, err := cc.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--kubernetes: no kubeconfig (set KUBECONFIG, or write ~/.kube/config): %w", err)
+		return nil, nil, fmt.Errorf("--kubernetes: no kubeconfig (set KUBECONFIG, or write ~/.kube/config): %w", err)
 	}
 	ns := o.namespace
 	if ns == "" {
 		if ns, _, err = cc.Namespace(); err != nil {
-			return nil, fmt.Errorf("--kubernetes: the kubeconfig's namespace: %w", err)
+			return nil, nil, fmt.Errorf("--kubernetes: the kubeconfig's namespace: %w", err)
 		}
 	}
 	cfg.UserAgent = "locksuite"
 	r, err := kuberun.Start(ctx, cfg, ns, o.image)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sw := r.Swept(); len(sw) > 0 {
 		fmt.Fprintf(stderr, "locksuite: kubernetes: deleted the objects of %d stale runs (driver gone): %s\n", len(sw), strings.Join(sw, ", "))
 	}
-	ep, err := r.StartEtcd(ctx)
-	if err != nil {
-		closeKube(r, stderr)
-		return nil, err
-	}
-	if err := os.Setenv("ETCDCTL_ENDPOINTS", ep); err != nil {
-		closeKube(r, stderr)
-		return nil, err
-	}
-	pods := "etcd pod at " + ep
+	starts := []func(context.Context) (*kuberun.Service, error){r.StartEtcd}
 	if slices.Contains(o.backends, "redis") {
-		u, err := r.StartRedis(ctx)
-		if err == nil {
-			err = os.Setenv("REDIS_URL", u)
-		}
+		starts = append(starts, r.StartRedis)
+	}
+	opts := []local.Option{local.WithStore("etcd")}
+	var pods []string
+	for _, start := range starts {
+		svc, err := start(ctx)
 		if err != nil {
 			closeKube(r, stderr)
-			return nil, err
+			return nil, nil, err
 		}
-		pods += ", redis pod at " + u
+		opts = append(opts, local.WithServer(svc))
+		pods = append(pods, fmt.Sprintf("%s pod at %s", svc.Name(), svc.Endpoint()))
 	}
-	fmt.Fprintf(stderr, "locksuite: kubernetes: run %s in namespace %s, %s, in %v\n", r.ID(), ns, pods, time.Since(t0).Round(time.Millisecond))
-	return r, nil
+	fmt.Fprintf(stderr, "locksuite: kubernetes: run %s in namespace %s, %s, in %v\n", r.ID(), ns, strings.Join(pods, ", "), time.Since(t0).Round(time.Millisecond))
+	return r, opts, nil
 }
 
 // closeKube deletes the run's objects, waiting up to a minute for its

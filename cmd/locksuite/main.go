@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/locksuite/locksuite/harness/kuberun"
 	"github.com/locksuite/locksuite/harness/worker"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -24,6 +25,9 @@ func main() {
 	// The PID 1 of a worker's pod (locksuite run --kubernetes) supervises
 	// the worker, this binary again, and exits.
 	worker.SuperviseIfAsked()
+	// The PID 1 of a lock service's pod supervises the server (and the
+	// init container of Redis's pod copies this binary into it).
+	kuberun.ServeIfAsked()
 	// go-redis logs every Sentinel failover it follows on stderr, which
 	// carries the CLI's own messages; the rows report the failover.
 	goredis.SetLogger(&logging.VoidLogger{})

@@ -49,11 +49,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	spec, isWorker, _ := worker.FromEnv()
 	var kube *kuberun.Run
 	if o.kubernetes && !isWorker {
-		if kube, err = startKube(ctx, o, stderr); err != nil {
+		var kopts []local.Option
+		if kube, kopts, err = startKube(ctx, o, stderr); err != nil {
 			return err
 		}
 		defer closeKube(kube, stderr)
-		lopts = append(lopts, local.WithStore("etcd"))
+		lopts = append(lopts, kopts...)
 	}
 	if isWorker {
 		// A chaos worker needs its own Config's backend only, and its

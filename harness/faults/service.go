@@ -3,6 +3,8 @@ package faults
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -82,6 +84,34 @@ func (g Group) Cont() error { return syscall.Kill(-int(g), syscall.SIGCONT) }
 
 // Kill sends SIGKILL to the group.
 func (g Group) Kill() error { return syscall.Kill(-int(g), syscall.SIGKILL) }
+
+// Await waits until /proc shows the group's leader stopped (stopped) or
+// running, up to timeout: the evidence that a Stop or Cont took effect.
+// Its error wraps syscall.ESRCH when the process has exited.
+func (g Group) Await(stopped bool, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g))
+		if err != nil {
+			return fmt.Errorf("process %d: %w", g, syscall.ESRCH)
+		}
+		// The state follows the command's name in parentheses.
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+			state := s[i+2]
+			if (state == 'T' || state == 't') == stopped {
+				return nil
+			}
+			if state == 'Z' || state == 'X' {
+				return fmt.Errorf("process %d has exited: %w", g, syscall.ESRCH)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d: not %s after %v (state %q)", g, map[bool]string{true: "stopped", false: "running"}[stopped], timeout, s)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // WaitHealthy calls healthy (each call bounded by 2 s) every 50 ms until it
 // returns nil, and fails with its last error once timeout has passed or ctx

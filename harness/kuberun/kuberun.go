@@ -32,10 +32,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/wait"
 )
@@ -223,61 +223,80 @@ func (r *Run) pod(name, role string, env []corev1.EnvVar, args []string) *corev1
 
 // StartEtcd runs the lock service, etcd, as a pod of the Run: this
 // binary's own embedded etcd (as harness/servers runs a member process),
-// its data in an emptyDir, listening on the pod's address, port 2379. It
-// returns the client URL once the driver can connect to it.
-func (r *Run) StartEtcd(ctx context.Context) (string, error) {
+// its data in an emptyDir, listening on the pod's address, port 2379,
+// under the pod's supervisor (ServeIfAsked). It returns the Service once
+// the driver can reach it and etcd is healthy.
+func (r *Run) StartEtcd(ctx context.Context) (*Service, error) {
 	spec, _ := json.Marshal(map[string]string{
 		"name": "etcd", "dir": "/data/etcd",
 		// $(POD_IP) is expanded by the kubelet (an earlier variable).
 		"client": fmt.Sprintf("http://$(POD_IP):%d", etcdPort), "peer": fmt.Sprintf("http://$(POD_IP):%d", etcdPort+1),
 		"initial_cluster": fmt.Sprintf("etcd=http://$(POD_IP):%d", etcdPort+1), "token": r.id,
 	})
-	p := r.pod(r.id+"-etcd", "etcd", []corev1.EnvVar{{Name: "LOCKSUITE_ETCD_MEMBER", Value: string(spec)}}, nil)
-	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "client", ContainerPort: etcdPort}}
-	p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
-		TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(etcdPort)}}, PeriodSeconds: 1}
-	return r.serve(ctx, p, "etcd", etcdPort, "http://")
+	svc := &Service{run: r, name: "etcd", process: "etcd", pod: r.id + "-etcd", token: token()}
+	p := r.pod(svc.pod, "etcd", []corev1.EnvVar{svc.env("LOCKSUITE_ETCD_MEMBER=" + string(spec))}, nil)
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "client", ContainerPort: etcdPort}, {Name: "control", ContainerPort: controlPort}}
+	return svc, r.serve(ctx, p, svc, etcdPort, func(hostPort string) (string, func(context.Context) error) {
+		u := "http://" + hostPort
+		return u, etcdReady(u)
+	})
 }
 
 // StartRedis runs the lock service Redis as a pod of the Run: RedisImage's
 // redis-server on the pod's address, port 6379, without persistence
 // (--save "", --appendonly no) and without protected mode (no password:
-// the pod serves the run's clients only). It returns the URL once the
-// driver can connect to it.
-func (r *Run) StartRedis(ctx context.Context) (string, error) {
-	p := r.pod(r.id+"-redis", "redis", nil, []string{"--port", strconv.Itoa(redisPort), "--protected-mode", "no", "--save", "", "--appendonly", "no"})
-	p.Spec.Containers[0].Image = RedisImage
-	p.Spec.Containers[0].Command = []string{"redis-server"}
-	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "redis", ContainerPort: redisPort}}
-	return r.serve(ctx, p, "redis", redisPort, "redis://")
+// the pod serves the run's clients only), under the pod's supervisor,
+// which an init container copies from the Run's image (CopySelfEnv). It
+// returns the Service once the driver can reach it and it answers PING.
+func (r *Run) StartRedis(ctx context.Context) (*Service, error) {
+	const bin = "/locksuite-bin"
+	svc := &Service{run: r, name: "redis", process: "redis-server", pod: r.id + "-redis", token: token()}
+	p := r.pod(svc.pod, "redis", []corev1.EnvVar{svc.env()}, []string{"redis-server", "--port", strconv.Itoa(redisPort), "--protected-mode", "no", "--save", "", "--appendonly", "no"})
+	c := &p.Spec.Containers[0]
+	c.Image, c.Command = RedisImage, []string{bin + "/locksuite"}
+	c.Ports = []corev1.ContainerPort{{Name: "redis", ContainerPort: redisPort}, {Name: "control", ContainerPort: controlPort}}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "bin", MountPath: bin})
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	p.Spec.InitContainers = []corev1.Container{{
+		Name: "supervisor", Image: r.image, ImagePullPolicy: corev1.PullIfNotPresent,
+		Env:          []corev1.EnvVar{{Name: CopySelfEnv, Value: bin + "/locksuite"}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "bin", MountPath: bin}},
+	}}
+	return svc, r.serve(ctx, p, svc, redisPort, func(hostPort string) (string, func(context.Context) error) {
+		return "redis://" + hostPort, redisReady(hostPort)
+	})
 }
 
-// serve creates the pod p of the lock service what, waits until it runs and
-// this process connects to its port, and returns scheme + its host:port.
-func (r *Run) serve(ctx context.Context, p *corev1.Pod, what string, port int, scheme string) (string, error) {
+// token is a new random token of a supervisor.
+func token() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// env is the ServiceEnv of s's supervisor, whose server gets serverEnv.
+func (s *Service) env(serverEnv ...string) corev1.EnvVar {
+	b, _ := json.Marshal(serviceSpec{Control: controlPort, Token: s.token, Env: serverEnv})
+	return corev1.EnvVar{Name: ServiceEnv, Value: string(b)}
+}
+
+// serve creates the pod p of the lock service svc, waits until it runs and
+// answers at its port (urlOf gives the URL of its host:port, and the check
+// that it answers there), and fills in svc's URL, check and supervisor.
+func (r *Run) serve(ctx context.Context, p *corev1.Pod, svc *Service, port int, urlOf func(hostPort string) (string, func(context.Context) error)) error {
 	if _, err := r.cs.Pods(r.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("kubernetes: create the %s pod: %w", what, err)
+		return fmt.Errorf("kubernetes: create the %s pod: %w", svc.name, err)
 	}
-	name := p.Name
-	ip, err := r.awaitIP(ctx, name, 2*time.Minute)
+	ip, err := r.awaitIP(ctx, p.Name, 2*time.Minute)
 	if err != nil {
-		return "", err
+		return err
 	}
-	addr := net.JoinHostPort(ip, strconv.Itoa(port))
-	deadline := time.Now().Add(time.Minute)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err == nil {
-			c.Close()
-			return scheme + addr, nil
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("kubernetes: the pod %s at %s: this process cannot connect to it (the driver must reach the pods' addresses): %w; its log: %s", name, addr, err, r.podLog(name))
-		}
-		if err := wait.For(ctx, 200*time.Millisecond); err != nil {
-			return "", err
-		}
+	svc.url, svc.ready = urlOf(net.JoinHostPort(ip, strconv.Itoa(port)))
+	svc.control = net.JoinHostPort(ip, strconv.Itoa(controlPort))
+	if err := faults.WaitHealthy(ctx, time.Minute, svc.ready); err != nil {
+		return fmt.Errorf("kubernetes: the pod %s at %s: this process cannot reach it (the driver must reach the pods' addresses): %w; its log: %s", p.Name, svc.url, err, r.podLog(p.Name))
 	}
+	return nil
 }
 
 // awaitIP waits until pod name runs and has an address.

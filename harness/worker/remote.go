@@ -239,7 +239,7 @@ func Supervise(addr, token, node string) int {
 				}
 				if err := signal(); err != nil {
 					send(replyError + err.Error())
-				} else if err := awaitStopped(pid, want); err != nil {
+				} else if err := group.Await(want, controlTimeout); err != nil {
 					send(replyError + err.Error())
 				} else {
 					send(reply)
@@ -258,33 +258,6 @@ func Supervise(addr, token, node string) int {
 				logf("unknown command %q", line)
 			}
 		}
-	}
-}
-
-// awaitStopped waits until /proc shows process pid stopped (want) or not,
-// up to controlTimeout: the evidence that a stop or cont took effect.
-func awaitStopped(pid int, want bool) error {
-	deadline := time.Now().Add(controlTimeout)
-	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			return fmt.Errorf("worker process %d: %w", pid, syscall.ESRCH)
-		}
-		// The state follows the command's name in parentheses.
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-			state := s[i+2]
-			if (state == 'T' || state == 't') == want {
-				return nil
-			}
-			if state == 'Z' || state == 'X' {
-				return fmt.Errorf("worker process %d has exited: %w", pid, syscall.ESRCH)
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("worker process %d: not %s after %v (state %q)", pid, map[bool]string{true: "stopped", false: "running"}[want], controlTimeout, s)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

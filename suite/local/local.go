@@ -175,8 +175,9 @@ type Env struct {
 	store *counterStore
 	// clusters the harness started, by name: their Configs carry Servers.
 	clusters map[string]servers.Cluster
-	crash    bool       // WithCrash
-	crashMu  sync.Mutex // held by a Crash, and by Close
+	crash    bool                      // WithCrash
+	given    map[string]servers.Server // WithServer
+	crashMu  sync.Mutex                // held by a Crash, and by Close
 }
 
 // Option changes what Start provides.
@@ -185,6 +186,24 @@ type Option func(*options)
 type options struct {
 	store string
 	crash bool
+	given map[string]servers.Server
+}
+
+// WithServer makes Start use srv, a server the caller started (the pods of
+// locksuite run --kubernetes: harness/kuberun), for the service srv.Name()
+// names ("etcd", "redis": a name of Services), instead of starting one or
+// connecting to the one its variables name; its workers reach it as a
+// server Start started (Environ). When srv implements suite.Servers, the
+// service's Configs take it as their Servers (with its own capabilities:
+// suite.Crasher and the rest); otherwise they have no member processes and
+// the server faults are skipped. Close stops it.
+func WithServer(srv servers.Server) Option {
+	return func(o *options) {
+		if o.given == nil {
+			o.given = map[string]servers.Server{}
+		}
+		o.given[srv.Name()] = srv
+	}
 }
 
 // WithStore picks the counter store: one of Stores (Start's error names
@@ -207,7 +226,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}, crash: o.crash}
+	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}, crash: o.crash, given: o.given}
 	want := map[string]bool{}
 	for _, n := range names {
 		if s, ok := serviceOf(n); ok {
@@ -231,7 +250,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				made[i] = s.provide(ctx, e.crash)
+				made[i] = s.provide(ctx, e.crash, e.given[s.name])
 			}()
 		}
 	}
@@ -263,12 +282,16 @@ type provided struct {
 	// noPower, for a server started crashable, is why it cannot lose
 	// power (FUSE is not available), if it cannot.
 	noPower string
+	given   bool // WithServer's
 }
 
-// provide starts service s (crash: crashable, as WithCrash) or connects
-// to the one the environment names. It touches no Env: add records what it
-// made.
-func (s *service) provide(ctx context.Context, crash bool) provided {
+// provide starts service s (crash: crashable, as WithCrash), takes given
+// (WithServer's) if not nil, or connects to the one the environment names.
+// It touches no Env: add records what it made.
+func (s *service) provide(ctx context.Context, crash bool, given servers.Server) provided {
+	if given != nil {
+		return provided{srv: given, given: true}
+	}
 	timeout := s.timeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
@@ -320,7 +343,9 @@ func (e *Env) add(s *service, p provided) {
 	if cl, ok := p.srv.(servers.Cluster); ok {
 		e.clusters[s.name] = cl
 	}
-	if p.named == nil && s.servers != nil {
+	if ss, ok := p.srv.(suite.Servers); ok && p.given {
+		e.started[s.name] = ss
+	} else if p.named == nil && s.servers != nil && !p.given {
 		ss := s.servers(s, p.srv)
 		if cs, ok := ss.(crashable); ok {
 			cs.setCrashing(e.crashingOf(p.srv, e.crash, p.noPower))

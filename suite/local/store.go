@@ -60,7 +60,7 @@ func chooseStore(asked string, want map[string]bool) ([]*service, error) {
 func (e *Env) openStore(ctx context.Context, candidates []*service, asked string) error {
 	for _, s := range candidates {
 		if e.endpoint[s.name] == "" && e.Unavailable[s.name] == nil {
-			e.add(s, s.provide(ctx, e.crash))
+			e.add(s, s.provide(ctx, e.crash, e.given[s.name]))
 		}
 		switch {
 		case e.endpoint[s.name] != "":
