@@ -10,13 +10,19 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
 	"github.com/locksuite/locksuite/harness/kubeimage"
 	"github.com/locksuite/locksuite/harness/kuberun"
@@ -73,7 +79,7 @@ func TestKubernetesRun(t *testing.T) {
 	if err := c.ImportImage(ctx, redisTar); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := writeKubeconfig(t, c, dir)
+	kubeconfig := writeKubeconfig(t, c, dir, driverRole(ctx, t, c))
 
 	// One run at a time (--parallel 1): on a small machine, runs beside
 	// the pods' start-up (kubelet, containerd, runc) starved Redis's
@@ -260,9 +266,8 @@ func runKubeCLI(t *testing.T, bin, dir, name string, start func(*exec.Cmd) error
 }
 
 // writeKubeconfig writes a kubeconfig of c's user "locksuite" in dir.
-func writeKubeconfig(t *testing.T, c *servers.KubeCluster, dir string) string {
+func writeKubeconfig(t *testing.T, c *servers.KubeCluster, dir string, rc *rest.Config) string {
 	t.Helper()
-	rc := c.RestConfig()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthority: rc.CAFile, TLSServerName: rc.ServerName}
 	cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: rc.BearerToken}
@@ -273,6 +278,67 @@ func writeKubeconfig(t *testing.T, c *servers.KubeCluster, dir string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// driverRole applies the Role and RoleBinding of docs/kubernetes.md (its
+// yaml block, as written) to c as its administrator, after checking that
+// servers.KubeDriverUser, whom the binding names, may not list pods before
+// it, and returns that user's configuration.
+func driverRole(ctx context.Context, t *testing.T, c *servers.KubeCluster) *rest.Config {
+	t.Helper()
+	rc := c.RestConfigAs(servers.KubeDriverUser)
+	driver, err := corev1client.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := driver.Pods(c.Namespace()).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("%s lists pods before the Role is bound: %v, want forbidden (is the cluster's authorization RBAC?)", servers.KubeDriverUser, err)
+	}
+	doc, err := os.ReadFile("../../docs/kubernetes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/kubernetes.md has no yaml block")
+	}
+	admin, err := rbacv1client.NewForConfig(c.RestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, part := range strings.Split(block, "\n---\n") {
+		var obj metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(part), &obj); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, obj.Kind)
+		switch obj.Kind {
+		case "Role":
+			var r rbacv1.Role
+			if err := yaml.UnmarshalStrict([]byte(part), &r); err != nil {
+				t.Fatal(err)
+			}
+			_, err = admin.Roles(c.Namespace()).Create(ctx, &r, metav1.CreateOptions{})
+		case "RoleBinding":
+			var b rbacv1.RoleBinding
+			if err := yaml.UnmarshalStrict([]byte(part), &b); err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Subjects) != 1 || b.Subjects[0].Name != servers.KubeDriverUser {
+				t.Fatalf("the RoleBinding of docs/kubernetes.md binds %v, want the user %s", b.Subjects, servers.KubeDriverUser)
+			}
+			_, err = admin.RoleBindings(c.Namespace()).Create(ctx, &b, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatalf("apply the %s of docs/kubernetes.md: %v", obj.Kind, err)
+		}
+	}
+	if !slices.Equal(kinds, []string{"Role", "RoleBinding"}) {
+		t.Fatalf("docs/kubernetes.md's yaml block has %v, want a Role and a RoleBinding", kinds)
+	}
+	return rc
 }
 
 // assertNothingLeft checks that no pod or ConfigMap of a locksuite run is

@@ -252,7 +252,7 @@ func StartKubeAPIServer(ctx context.Context, opts ...Option) (*KubeAPIServer, er
 	if s.etcd, err = StartEtcd(ctx, append(etcdOpts, WithDurability(o.durability))...); err != nil {
 		return fail(err, fixFUSE(err, "see the etcd error"))
 	}
-	argv := kubeAPIServerArgv(bin, s.etcd.URL(), "127.0.0.1", port, dir, f)
+	argv := kubeAPIServerArgv(bin, s.etcd.URL(), "127.0.0.1", port, dir, f, "AlwaysAllow")
 	s.m = &Member{name: "kube-apiserver", addr: s.addr, dir: dir, start: func() (*proc, error) {
 		return startMemberProc("kube-apiserver", dir, nil, argv...)
 	}}
@@ -399,14 +399,14 @@ func newKubeFiles(dir string, tokens ...string) (*kubeFiles, error) {
 // kubeAPIServerArgv is the command line of kube-apiserver bin serving on
 // bind:port with etcd at etcdURL and the files f, its own files in dir
 // (StartKubeAPIServer says what the flags make of it).
-func kubeAPIServerArgv(bin, etcdURL, bind string, port int, dir string, f *kubeFiles) []string {
+func kubeAPIServerArgv(bin, etcdURL, bind string, port int, dir string, f *kubeFiles, authorization string) []string {
 	return []string{bin,
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=" + bind, "--advertise-address=" + bind, fmt.Sprintf("--secure-port=%d", port),
 		"--tls-cert-file=" + f.certs.serverCert, "--tls-private-key-file=" + f.certs.serverKey,
 		"--cert-dir=" + filepath.Join(dir, "certs"),
 		"--token-auth-file=" + f.tokens, "--anonymous-auth=false",
-		"--authorization-mode=AlwaysAllow",
+		"--authorization-mode=" + authorization,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + f.saPub, "--service-account-signing-key-file=" + f.saKey,
 		"--service-cluster-ip-range=10.0.0.0/24",

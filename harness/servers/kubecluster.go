@@ -70,6 +70,7 @@ type KubeCluster struct {
 	nodes   []*kubeNode
 	dir     string
 	token   string
+	tokens  map[string]string // each user's
 	ca      string
 	members []*Member // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then each node's holder
 	once    sync.Once
@@ -112,6 +113,24 @@ func (c *KubeCluster) Members() []*Member { return append([]*Member(nil), c.memb
 // Dir is the cluster's directory, which Stop removes: the logs of its
 // processes (<name>.log, and n<i>/containerd.log, n<i>/kubelet.log).
 func (c *KubeCluster) Dir() string { return c.dir }
+
+// KubeDriverUser is a user of every KubeCluster with no permission until
+// a RoleBinding grants it one (RestConfigAs): the least privilege a
+// --kubernetes driver needs is checked with it.
+const KubeDriverUser = "locksuite-driver"
+
+// RestConfigAs is RestConfig for user, one of KubeDriverUser and the
+// cluster's components ("system:kube-scheduler", "system:node:n0", ...), or
+// nil for another user.
+func (c *KubeCluster) RestConfigAs(user string) *rest.Config {
+	t, ok := c.tokens[user]
+	if !ok {
+		return nil
+	}
+	rc := c.RestConfig()
+	rc.BearerToken = t
+	return rc
+}
 
 // RestConfig authenticates as the user "locksuite" (group
 // system:masters), trusts the cluster's test CA and dials through the
@@ -245,8 +264,10 @@ func kubeClusterBinaries() (map[string]string, string, error) {
 // network namespace holds the control plane: an etcd process (this binary
 // re-run) on 127.0.0.1:2379, kube-apiserver on n0's address, port 6443
 // (configured as StartKubeAPIServer's, with one static token per component
-// and node), kube-controller-manager and kube-scheduler (no leader
-// election). Every node i runs a holder: PID 1 of new PID, mount and UTS
+// and node and for KubeDriverUser, and authorization by the Node
+// authorizer and RBAC instead of AlwaysAllow), kube-controller-manager
+// (each controller as its own service account) and kube-scheduler (no
+// leader election). Every node i runs a holder: PID 1 of new PID, mount and UTS
 // namespaces in the node's network namespace (kubenode.go), parent of a
 // containerd of the node's own (config, root, state and socket in the
 // cluster's directory; CRI on; overlayfs; runc) and of kubelet (node name
@@ -305,11 +326,13 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 		{"locksuite", "system:masters"},
 		{"system:kube-controller-manager", ""},
 		{"system:kube-scheduler", ""},
+		{KubeDriverUser, ""},
 	}
 	for _, kn := range c.nodes {
 		users = append(users, struct{ user, group string }{"system:node:" + kn.node.Name(), "system:nodes"})
 	}
 	tokens := map[string]string{}
+	c.tokens = tokens
 	var lines []string
 	for _, u := range users {
 		t := c.token
@@ -358,7 +381,10 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 	// The server reaches kubelets (logs, exec) at their InternalIP: its
 	// default tries a node's name first, through the host's resolver,
 	// which the nodes cannot reach.
-	api, err := onN0("kube-apiserver", append(kubeAPIServerArgv(bins["kube-apiserver"], etcdURL, n0.Addr().String(), kubeAPIPort, dir, f),
+	// A cluster's authorization, not the single server's AlwaysAllow: the
+	// kubelets by the Node authorizer, the rest by RBAC's bootstrap roles
+	// (system:masters for "locksuite").
+	api, err := onN0("kube-apiserver", append(kubeAPIServerArgv(bins["kube-apiserver"], etcdURL, n0.Addr().String(), kubeAPIPort, dir, f, "Node,RBAC"),
 		"--kubelet-preferred-address-types=InternalIP")...)
 	if err != nil {
 		return fail(err, "check that "+bins["kube-apiserver"]+" runs")
@@ -385,6 +411,9 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 		"--kubeconfig="+kcmConfig, "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--cert-dir="+filepath.Join(dir, "kcm-certs"),
 		"--root-ca-file="+c.ca, "--controllers=*",
+		// Each controller as its own service account, with its RBAC role
+		// (as kubeadm runs it): the garbage collector may delete pods.
+		"--use-service-account-credentials=true", "--service-account-private-key-file="+f.saKey,
 		"--profiling=false"); err != nil {
 		return fail(err, "check that "+bins["kube-controller-manager"]+" runs")
 	}
