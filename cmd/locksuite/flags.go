@@ -121,7 +121,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the fault schedule (default random; every row prints its seed)")
 	fs.DurationVar(&o.chaosDuration, "chaos-duration", 0, chaosDurationHelp())
 	fs.StringVar(&o.progress, "progress", "auto", "progress on stderr (the scenario, its elapsed and planned time, violations so far): auto rewrites one line on a terminal and prints a line every 5s otherwise; a `DURATION` prints a line that often; off")
-	fs.BoolVar(&o.kubernetes, "kubernetes", false, "run the lock service (etcd or redis, for now) and the chaos workers as pods of the Kubernetes cluster of your kubeconfig (KUBECONFIG, or ~/.kube/config); this process stays outside the cluster and must reach the pods' addresses; needs --image (see docs/kubernetes.md; default: the services and workers on this machine)")
+	fs.BoolVar(&o.kubernetes, "kubernetes", false, "run the lock service (etcd, redis or nats, for now) and the chaos workers as pods of the Kubernetes cluster of your kubeconfig (KUBECONFIG, or ~/.kube/config); this process stays outside the cluster and must reach the pods' addresses; needs --image (see docs/kubernetes.md; default: the services and workers on this machine)")
 	fs.StringVar(&o.namespace, "namespace", "", "with --kubernetes: the `NAMESPACE` of the pods (default: the kubeconfig context's, else default)")
 	fs.StringVar(&o.image, "image", "", "with --kubernetes: the locksuite `IMAGE` the pods run, of this binary's version (built from the repository's Dockerfile, or written with harness/kubeimage; default: none, --kubernetes needs it)")
 	fs.StringVar(&o.log, "log", "", "write the Ginkgo spec log to `FILE` (default: a temporary file, named at the end)")
@@ -218,8 +218,8 @@ Flags:
 }
 
 // kubeBackends are the backends --kubernetes runs: those whose service
-// runs as a pod (etcd's, and Redis's adapter).
-var kubeBackends = []string{"etcd", "etcd-mutex", "redis"}
+// runs as a pod (etcd's, Redis's and NATS's single server).
+var kubeBackends = []string{"etcd", "etcd-mutex", "redis", "redsync", "nats-kv"}
 
 // checkKubernetes checks --kubernetes, --namespace and --image together.
 func checkKubernetes(o options, backends string) error {

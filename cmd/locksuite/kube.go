@@ -17,8 +17,9 @@ import (
 // startKube starts --kubernetes's run in the cluster of the kubeconfig
 // (KUBECONFIG, or ~/.kube/config): the Run (kuberun.Start, which deletes
 // the stale runs of the namespace first), its etcd pod (the counter's
-// store, and the etcd backends' service) and, for the redis backend, its
-// Redis pod. It returns them as local.WithServer options.
+// store, and the etcd backends' service) and, for the redis and redsync
+// backends, its Redis pod, for nats-kv its NATS pod. It returns them as
+// local.WithServer options.
 func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, []local.Option, error) {
 	t0 := time.Now()
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), &clientcmd.ConfigOverrides{})
@@ -41,8 +42,11 @@ func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, 
 		fmt.Fprintf(stderr, "locksuite: kubernetes: deleted the objects of %d stale runs (driver gone): %s\n", len(sw), strings.Join(sw, ", "))
 	}
 	starts := []func(context.Context) (*kuberun.Service, error){r.StartEtcd}
-	if slices.Contains(o.backends, "redis") {
+	if slices.Contains(o.backends, "redis") || slices.Contains(o.backends, "redsync") {
 		starts = append(starts, r.StartRedis)
+	}
+	if slices.Contains(o.backends, "nats-kv") {
+		starts = append(starts, r.StartNATS)
 	}
 	opts := []local.Option{local.WithStore("etcd")}
 	var pods []string

@@ -31,8 +31,8 @@ import (
 )
 
 // TestKubernetesRun runs `locksuite run --kubernetes` on a cluster of two
-// nodes that the harness starts (servers.StartKubeCluster): etcd and Redis
-// (an image of Debian's redis-server) as pods under the supervisor that
+// nodes that the harness starts (servers.StartKubeCluster): etcd, Redis
+// (an image of Debian's redis-server) and NATS as pods under the supervisor that
 // crashes them for server-crash, the chaos workers as pods spread over the
 // nodes, the driver (the CLI, the
 // same static binary as the pods') in node n0's network namespace, outside
@@ -86,7 +86,7 @@ func TestKubernetesRun(t *testing.T) {
 	// in-process clients past its 200 ms lease in a fault-free baseline
 	// (1 lost of 16 writes, 4 overlaps, with six runs at once on 2 cores): a
 	// false alarm of the harness's own making.
-	args := []string{"run", "--backends", "etcd,redis", "--scenarios", "baseline,deterministic-pause,pause-targeted,server-crash",
+	args := []string{"run", "--backends", "etcd,redis,nats-kv", "--scenarios", "baseline,deterministic-pause,pause-targeted,server-crash",
 		"--store", "etcd", "--parallel", "1", "--rows", "--progress", "off", "--keep-broken", "off"}
 	// The same run on this machine, then on the cluster.
 	localRows, localErr := runKubeCLI(t, bin, dir, "local", nil, args)
@@ -106,7 +106,7 @@ func TestKubernetesRun(t *testing.T) {
 		}
 		return m
 	}
-	if want, got := verdicts(localRows), verdicts(kubeRows); len(want) != 16 || fmt.Sprint(want) != fmt.Sprint(got) {
+	if want, got := verdicts(localRows), verdicts(kubeRows); len(want) != 24 || fmt.Sprint(want) != fmt.Sprint(got) {
 		t.Errorf("verdicts: %v here, %v on the cluster", want, got)
 	}
 	for _, r := range kubeRows {

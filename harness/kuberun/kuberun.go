@@ -60,6 +60,7 @@ const (
 const (
 	etcdPort  = 2379
 	redisPort = 6379
+	natsPort  = 4222
 )
 
 // RedisImage is the image of the Redis pod (StartRedis): the official
@@ -239,6 +240,21 @@ func (r *Run) StartEtcd(ctx context.Context) (*Service, error) {
 	return svc, r.serve(ctx, p, svc, etcdPort, func(hostPort string) (string, func(context.Context) error) {
 		u := "http://" + hostPort
 		return u, etcdReady(u)
+	})
+}
+
+// StartNATS runs the lock service NATS as a pod of the Run: this binary's
+// own embedded nats-server with JetStream (as harness/servers runs a
+// member process), its store in an emptyDir, listening on the pod's
+// addresses, port 4222, under the pod's supervisor. It returns the Service
+// once the driver can reach it and it greets (INFO).
+func (r *Run) StartNATS(ctx context.Context) (*Service, error) {
+	spec, _ := json.Marshal(map[string]any{"name": "nats", "dir": "/data/nats", "host": "0.0.0.0", "port": natsPort})
+	svc := &Service{run: r, name: "nats", process: "nats-server", pod: r.id + "-nats", token: token()}
+	p := r.pod(svc.pod, "nats", []corev1.EnvVar{svc.env("LOCKSUITE_NATS_MEMBER=" + string(spec))}, nil)
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "client", ContainerPort: natsPort}, {Name: "control", ContainerPort: controlPort}}
+	return svc, r.serve(ctx, p, svc, natsPort, func(hostPort string) (string, func(context.Context) error) {
+		return "nats://" + hostPort, natsReady(hostPort)
 	})
 }
 

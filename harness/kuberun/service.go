@@ -288,7 +288,8 @@ func command(ctx context.Context, addr, token, cmd string) error {
 
 var errNoPower = errors.New("a pod's volume cannot lose power here: power-loss needs the harness's lazyfs under the server's data, which only servers this machine starts have")
 
-// Service is a lock service's pod of a Run (StartEtcd, StartRedis). It is
+// Service is a lock service's pod of a Run (StartEtcd, StartRedis,
+// StartNATS). It is
 // a harness/servers Server (Name; Endpoint, the URL its clients use; Stop
 // deletes the pod), and for the server faults a faults.Service
 // (suite.Servers) of one member, the server process, which the pod's
@@ -301,7 +302,7 @@ var errNoPower = errors.New("a pod's volume cannot lose power here: power-loss n
 // persistent volume.) A power loss is not supported: CanCrash says why.
 type Service struct {
 	run           *Run
-	name, process string // "etcd", "etcd"; "redis", "redis-server"
+	name, process string // "etcd", "etcd"; "redis", "redis-server"; "nats", "nats-server"
 	pod, url      string
 	control       string // the supervisor's host:port
 	token         string
@@ -315,7 +316,7 @@ var (
 )
 
 // Name is the service's short name, as harness/servers names it: "etcd",
-// "redis".
+// "redis", "nats".
 func (s *Service) Name() string { return s.name }
 
 // Endpoint is the URL the service's clients use (the pod's address).
@@ -418,6 +419,15 @@ func etcdReady(url string) func(context.Context) error {
 
 // redisReady is nil once the Redis server at addr answers PING.
 func redisReady(addr string) func(context.Context) error {
+	return lineReady(addr, "PING\r\n", "+PONG")
+}
+
+// natsReady is nil once the NATS server at addr greets a client (INFO).
+func natsReady(addr string) func(context.Context) error { return lineReady(addr, "", "INFO ") }
+
+// lineReady is nil once the server at addr, sent send, answers a line
+// that starts with want.
+func lineReady(addr, send, want string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
@@ -428,15 +438,15 @@ func redisReady(addr string) func(context.Context) error {
 		if dl, ok := ctx.Deadline(); ok {
 			_ = c.SetDeadline(dl)
 		}
-		if _, err := io.WriteString(c, "PING\r\n"); err != nil {
+		if _, err := io.WriteString(c, send); err != nil {
 			return err
 		}
 		line, err := bufio.NewReader(c).ReadString('\n')
 		if err != nil {
 			return err
 		}
-		if strings.TrimSpace(line) != "+PONG" {
-			return fmt.Errorf("redis PING: %q", strings.TrimSpace(line))
+		if !strings.HasPrefix(line, want) {
+			return fmt.Errorf("%s: answered %.40q, want %q", addr, line, want)
 		}
 		return nil
 	}

@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,7 +21,8 @@ const natsMemberEnv = "LOCKSUITE_NATS_MEMBER"
 // is told.
 type natsMemberSpec struct {
 	Name        string `json:"name"`
-	Dir         string `json:"dir"` // the JetStream store
+	Dir         string `json:"dir"`            // the JetStream store
+	Host        string `json:"host,omitempty"` // the clients' listener's address; default 127.0.0.1
 	Port        int    `json:"port"`
 	ClusterPort int    `json:"cluster_port,omitempty"` // 0: not clustered
 	HTTPPort    int    `json:"http_port,omitempty"`    // the monitoring port; 0: none
@@ -38,7 +40,7 @@ type natsMemberSpec struct {
 // options is the server's configuration.
 func (s natsMemberSpec) options() (*natsserver.Options, error) {
 	o := &natsserver.Options{
-		ServerName: s.Name, Host: "127.0.0.1", Port: s.Port,
+		ServerName: s.Name, Host: cmp.Or(s.Host, "127.0.0.1"), Port: s.Port,
 		JetStream: true, StoreDir: s.Dir, SyncAlways: s.SyncAlways,
 		Username: s.User, Password: s.Password,
 		NoSigs: true, DisableJetStreamBanner: true, Logtime: true,
