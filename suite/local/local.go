@@ -191,7 +191,7 @@ type options struct {
 
 // WithServer makes Start use srv, a server the caller started (the pods of
 // locksuite run --kubernetes: harness/kuberun), for the service srv.Name()
-// names ("etcd", "redis": a name of Services), instead of starting one or
+// names ("etcd", "redis", "nats": a name of Services), instead of starting one or
 // connecting to the one its variables name; its workers reach it as a
 // server Start started (Environ). When srv implements suite.Servers, the
 // service's Configs take it as their Servers (with its own capabilities:
