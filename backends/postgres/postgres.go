@@ -1,5 +1,7 @@
 // Package postgres is the locksuite adapter for a PostgreSQL session-level
-// advisory lock (pg_advisory_lock) held on a dedicated connection.
+// advisory lock (pg_advisory_lock) held on a dedicated connection: one per
+// client, kept from a Release to the client's next Acquire while the
+// session is sure to be alive.
 //
 // A session lock has no lease of its own: it lasts as long as the session.
 // The adapter gives it one by setting idle_session_timeout on that session,
@@ -79,6 +81,11 @@ type locker struct {
 	lease  time.Duration
 	seqOK  atomic.Bool
 	closed atomic.Bool
+
+	mu       sync.Mutex
+	spare    *pgx.Conn // the session of the last Release, or nil
+	spareAt  time.Time // when it went idle
+	spareOff bool      // Close was called: keep nothing
 }
 
 // New returns a Locker for cfg. It does not connect.
@@ -122,7 +129,7 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 		return nil, backends.ErrClosed
 	}
 	wrap := func(err error) error { return adapt.Wrap(ctx, "postgres", "acquire", l.lockName(), err) }
-	conn, err := pgx.ConnectConfig(ctx, l.cfg)
+	conn, err := l.connect(ctx)
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -170,8 +177,50 @@ func (l *locker) attempt(ctx context.Context) (backends.Lease, error) {
 
 func (l *locker) lockName() string { return fmt.Sprintf("advisory lock %d", l.key) }
 
+// connect returns the session the last Release kept, if it went idle less
+// than half a lease ago (well before idle_session_timeout ends it), or a
+// new connection. A connection is a server process: taking one per grant
+// costs the server a fork and a backend's start each time.
+func (l *locker) connect(ctx context.Context) (*pgx.Conn, error) {
+	l.mu.Lock()
+	c, at := l.spare, l.spareAt
+	l.spare = nil
+	l.mu.Unlock()
+	if c != nil {
+		if time.Since(at) < l.lease/2 && !c.IsClosed() {
+			return c, nil
+		}
+		c.Close(context.Background())
+	}
+	return pgx.ConnectConfig(ctx, l.cfg)
+}
+
+// keep makes c, whose lock was just released, the spare session.
+func (l *locker) keep(c *pgx.Conn) {
+	l.mu.Lock()
+	old := l.spare
+	if l.spareOff {
+		old = c
+	} else {
+		l.spare, l.spareAt = c, time.Now()
+	}
+	l.mu.Unlock()
+	if old != nil {
+		old.Close(context.Background())
+	}
+}
+
+// Close closes the spare session; a lease still held keeps its own until
+// its Release.
 func (l *locker) Close() error {
 	l.closed.Store(true)
+	l.mu.Lock()
+	c := l.spare
+	l.spare, l.spareOff = nil, true
+	l.mu.Unlock()
+	if c != nil {
+		c.Close(context.Background())
+	}
 	return nil
 }
 
@@ -211,7 +260,9 @@ func (s *lease) keepAlive(ctx context.Context) bool {
 }
 
 // Release unlocks only this session's lock (an advisory lock belongs to its
-// session), then closes the session. If the server already ended the session
+// session). A session that held it, and freed it, is kept for the client's
+// next Acquire (which takes it within half a lease, or closes it and dials
+// anew); any other is closed. If the server already ended the session
 // (idle_session_timeout), the lock went with it and Release returns nil.
 func (s *lease) Release(ctx context.Context) error {
 	s.stop()
@@ -222,9 +273,15 @@ func (s *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	s.released = true
-	defer s.conn.Close(context.Background())
-	_, err := s.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", s.l.key)
-	if err != nil && !s.conn.IsClosed() {
+	var freed bool
+	err := s.conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", s.l.key).Scan(&freed)
+	if err == nil && freed {
+		s.l.keep(s.conn)
+		return nil
+	}
+	ended := s.conn.IsClosed()
+	s.conn.Close(context.Background())
+	if err != nil && !ended {
 		return fmt.Errorf("postgres: release %s: %w", s.l.lockName(), err)
 	}
 	return nil
