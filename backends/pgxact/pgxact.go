@@ -20,8 +20,11 @@
 // The fencing token is the transaction's own ID (pg_current_xact_id, a
 // 64-bit counter that never wraps), taken in the statement that wins the
 // lock and only then, so the ID is assigned at grant time: a later grant is
-// a later transaction with a larger ID. The same statement reads the
-// backend's pid (the lease's Session).
+// a later transaction with a larger ID, while the server runs. Not across a
+// crash: the lock transaction writes nothing to the WAL, so a restarted
+// server can hand its ID out again, or a smaller one (docs/crash.md,
+// Findings). The same statement reads the backend's pid (the lease's
+// Session).
 //
 // The lock is the transaction's, so it is safe through a pooler in
 // transaction mode (PgBouncer's pool_mode=transaction), which keeps one

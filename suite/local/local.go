@@ -36,6 +36,8 @@
 //	LOCKSUITE_CONSUL_CLUSTER, LOCKSUITE_ETCD_CLUSTER, LOCKSUITE_REDIS_SENTINEL,
 //	LOCKSUITE_ZOOKEEPER_ENSEMBLE, LOCKSUITE_NATS_CLUSTER
 //	                   a cluster of the user's (see Clusters)
+//	LOCKSUITE_STORE_URL  the counter store's server alone: a postgres:// URL,
+//	                   or an etcd host:port or http:// URL (StoreEnv)
 //	LOCKSUITE_REDIS_AOF, LOCKSUITE_REDIS_AOF_ALWAYS, LOCKSUITE_NATS_SYNC
 //	                   a server of the user's with a variant's durability
 //	                   setting (see Variants)
@@ -173,6 +175,10 @@ type Env struct {
 	// Store names the counter store in use: one of Stores.
 	Store string
 	store *counterStore
+	// storeAt is the store's server when it is one of its own (StoreEnv
+	// names it, or storeSrv); storeSrv, the one Start started for it.
+	storeAt  string
+	storeSrv servers.Server
 	// clusters the harness started, by name: their Configs carry Servers.
 	clusters map[string]servers.Cluster
 	crash    bool                      // WithCrash
@@ -213,7 +219,11 @@ func WithStore(name string) Option { return func(o *options) { o.store = name } 
 // Start provides each named backend (or service, for ConfigFor), and the
 // counter store: the first of Stores on a service among names (the server
 // its variables name, if set), else the last of Stores, which is always
-// available embedded; WithStore picks one. A backend that cannot be had is
+// available embedded; WithStore picks one. When that service is under test
+// on a server Start starts, the store gets a server of that kind of its
+// own, started alongside, so that a fault of the server under test
+// touches no run's store (Config.StoreService is then empty); StoreEnv
+// names a server for the store instead. A backend that cannot be had is
 // recorded in Unavailable, not returned as an error; the error is for the
 // store.
 //
@@ -239,12 +249,28 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The services asked for start at once: most of their time is spent
-	// waiting for a server to listen. Then the store, on the first of its
-	// candidates that is available (provided now if it was not asked for).
+	storeAt := strings.TrimSpace(os.Getenv(StoreEnv))
+	var own *service // the store's own server's service, if it gets one
+	if storeAt == "" {
+		own = ownStoreOf(candidates[0], want, e.given)
+	}
+	// The services asked for start at once, with the store's own server:
+	// most of their time is spent waiting for a server to listen. Then
+	// the store, on the first of its candidates that is available
+	// (provided now if it was not asked for).
 	all := services()
 	made := make([]provided, len(all))
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		ownMade provided
+	)
+	if own != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ownMade = own.provide(ctx, false, nil)
+		}()
+	}
 	for i, s := range all {
 		if want[s.name] {
 			wg.Add(1)
@@ -260,7 +286,14 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 			e.add(s, made[i])
 		}
 	}
-	if err := e.openStore(ctx, candidates, o.store); err != nil {
+	switch {
+	case storeAt != "":
+		err = e.openStoreAt(ctx, storeAt, o.store)
+	case own != nil && e.openOwnStore(ctx, own, ownMade) == nil:
+	default:
+		err = e.openStore(ctx, candidates, o.store)
+	}
+	if err != nil {
 		e.Close()
 		return nil, err
 	}
@@ -485,7 +518,10 @@ func sized(name string, s *service) suite.Config {
 func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
 	cfg := sized(name, s)
 	cfg.Fenced, cfg.Endpoint = fenced, e.endpointOf(s)
-	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv, cfg.StoreService = newLocker, e.newStore, e.Environ(), e.Store
+	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv = newLocker, e.newStore, e.Environ()
+	if e.storeAt == "" {
+		cfg.StoreService = e.Store
+	}
 	if ss, ok := e.started[s.name]; ok {
 		cfg.Servers = ss
 	}
@@ -541,6 +577,9 @@ func (e *Env) Environ() []string {
 			}
 		}
 	}
+	if e.storeAt != "" {
+		out = append(out, StoreEnv+"="+e.storeAt)
+	}
 	for n, ep := range e.endpoint {
 		if c := e.conns[n]; c != nil {
 			// Named by the user: the same variables, credentials included.
@@ -558,20 +597,31 @@ func (e *Env) Environ() []string {
 }
 
 // CopyLogs copies the log of every server Start started into dir, as
-// <backend>.log, and returns the paths it wrote. Servers the user named have
+// <backend>.log (the counter store's own server's as store-<name>.log), and returns the paths it wrote. Servers the user named have
 // no log here. Call it before Close, which removes the logs.
 func (e *Env) CopyLogs(dir string) ([]string, error) {
 	var out []string
-	for _, s := range e.servers {
+	name := func(s servers.Server) string { return s.Name() }
+	all := e.servers
+	if e.storeSrv != nil {
+		all = append(slices.Clip(all), e.storeSrv)
+		name = func(s servers.Server) string {
+			if s == e.storeSrv {
+				return "store-" + s.Name()
+			}
+			return s.Name()
+		}
+	}
+	for _, s := range all {
 		l, ok := s.(servers.Logger)
 		if !ok {
 			continue
 		}
 		b, err := os.ReadFile(l.Log())
 		if err != nil {
-			return out, fmt.Errorf("local: %s's log: %w", s.Name(), err)
+			return out, fmt.Errorf("local: %s's log: %w", name(s), err)
 		}
-		p := filepath.Join(dir, s.Name()+".log")
+		p := filepath.Join(dir, name(s)+".log")
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			return out, err
 		}
@@ -587,6 +637,9 @@ func (e *Env) Close() {
 	defer e.crashMu.Unlock()
 	if e.store != nil {
 		e.store.close()
+	}
+	if e.storeSrv != nil {
+		_ = e.storeSrv.Stop()
 	}
 	for i := len(e.servers) - 1; i >= 0; i-- {
 		_ = e.servers[i].Stop()

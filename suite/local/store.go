@@ -3,12 +3,24 @@ package local
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/locksuite/locksuite/fencing"
+	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/redact"
 )
+
+// StoreEnv names the counter store's server: a postgres:// URL, or an
+// etcd endpoint (host:port or http://host:port). Set, Start opens the
+// store there and nowhere else. Unset, Start starts one when it would
+// otherwise share a server under test (see Start), and names it in
+// Environ, so that worker processes write to the same store.
+const StoreEnv = "LOCKSUITE_STORE_URL"
 
 // stores are the services that can hold the counter store, in order of
 // preference: Start opens the first one among the services it provides;
@@ -52,6 +64,70 @@ func chooseStore(asked string, want map[string]bool) ([]*service, error) {
 		}
 	}
 	return append(out, stores[len(stores)-1]), nil
+}
+
+// ownStoreOf is s, the counter store's first choice, if the store is to
+// have a server of its own: s is under test (want) and its server is one
+// Start starts (neither the environment's nor WithServer's). Its faults
+// then fault no run's store, and a power loss there loses no count.
+func ownStoreOf(s *service, want map[string]bool, given map[string]servers.Server) *service {
+	if !want[s.name] || given[s.name] != nil {
+		return nil
+	}
+	if c, err := s.named(); c != nil || err != nil {
+		return nil
+	}
+	return s
+}
+
+// openOwnStore opens the counter store on made, the server Start started
+// for it alone (ownStoreOf); on failure it stops the server, and Start
+// falls back to a shared one.
+func (e *Env) openOwnStore(ctx context.Context, s *service, made provided) error {
+	if made.err != nil {
+		return made.err
+	}
+	c := made.mc
+	if c == nil {
+		c = &conn{endpoint: made.srv.Endpoint()}
+	}
+	st, err := s.store(ctx, c)
+	if err != nil {
+		_ = made.srv.Stop()
+		return err
+	}
+	e.store, e.Store, e.storeSrv, e.storeAt = st, s.name, made.srv, made.srv.Endpoint()
+	return nil
+}
+
+// openStoreAt opens the counter store on the server StoreEnv names (at):
+// Postgres for a postgres:// URL, else etcd; asked, if set, must be that
+// kind. The server must answer within 5 s.
+func (e *Env) openStoreAt(ctx context.Context, at, asked string) error {
+	s, c := etcdService, &conn{endpoint: at}
+	if u, err := url.Parse(at); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		s = postgresService
+		if pc, err := pgconn.ParseConfig(at); err == nil {
+			c.secrets = append(c.secrets, pc.Password)
+		}
+	} else if err == nil && u.User != nil {
+		p, _ := u.User.Password()
+		c.secrets = append(c.secrets, p)
+	}
+	if asked != "" && asked != s.name {
+		return fmt.Errorf("local: %s names a %s server, but the counter store asked for is %s: unset %s, or ask for %s", StoreEnv, s.name, asked, StoreEnv, s.name)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.probe(pctx, c); err != nil {
+		return fmt.Errorf("local: counter store at %s: %w: check the %s server it names, or unset it", StoreEnv, redact.Error(err, c.secrets...), s.title)
+	}
+	st, err := s.store(ctx, c)
+	if err != nil {
+		return fmt.Errorf("local: counter store at %s: %w", StoreEnv, redact.Error(err, c.secrets...))
+	}
+	e.store, e.Store, e.storeAt = st, s.name, at
+	return nil
 }
 
 // openStore provides the services of candidates in order until one is

@@ -1,8 +1,13 @@
 package local
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestChooseStore: the counter store is the first of stores whose service
@@ -38,5 +43,85 @@ func TestChooseStore(t *testing.T) {
 	}
 	if Stores[len(Stores)-1] != "etcd" {
 		t.Errorf("Stores %v: the last, always available, must be the embedded etcd", Stores)
+	}
+}
+
+// TestOwnStore: with the store's service under test on a server Start
+// starts, the counter store gets a server of its own: not the one under
+// test, named in Environ by StoreEnv, and not the Configs' StoreService;
+// another Env given that variable (a worker process) counts on the same
+// store and starts no store of its own; Close stops it.
+func TestOwnStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts embedded etcd servers")
+	}
+	ctx := context.Background()
+	e, err := Start(ctx, []string{"etcd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Store != "etcd" || e.storeSrv == nil || e.storeAt == "" || e.storeAt == e.Endpoint("etcd") {
+		t.Fatalf("store %s at %q (server %v); etcd under test at %q: want a server of the store's own", e.Store, e.storeAt, e.storeSrv, e.Endpoint("etcd"))
+	}
+	if cfg := e.Config("etcd", true); cfg.StoreService != "" {
+		t.Errorf("StoreService %q: the store shares no server under test", cfg.StoreService)
+	}
+	if !slices.Contains(e.Environ(), StoreEnv+"="+e.storeAt) {
+		t.Errorf("Environ %v: does not name the store's server", e.Environ())
+	}
+	st, err := e.newStore(ctx, "own-store", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close(ctx)
+	if err := st.Write(ctx, 41, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv(StoreEnv, e.storeAt)
+	w, err := Start(ctx, []string{"etcd"}, WithStore("etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.storeSrv != nil || w.storeAt != e.storeAt {
+		t.Errorf("with %s set: store at %q, own server %v; want %q and none", StoreEnv, w.storeAt, w.storeSrv, e.storeAt)
+	}
+	wst, err := w.newStore(ctx, "own-store", false)
+	if err == nil {
+		var v int64
+		v, err = wst.Value(ctx)
+		if err == nil && v != 41 {
+			err = fmt.Errorf("counter %d, want the 41 written through the first Env", v)
+		}
+	}
+	w.Close()
+	if err != nil {
+		t.Error(err)
+	}
+
+	at := e.storeAt
+	e.Close()
+	if c, err := net.DialTimeout("tcp", stripScheme(at), time.Second); err == nil {
+		c.Close()
+		t.Errorf("the store's server at %s still listens after Close", at)
+	}
+}
+
+// TestStoreEnvRefused: a StoreEnv of another kind than WithStore's, or
+// naming no server, is refused with the variable named, within seconds.
+func TestStoreEnvRefused(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv(StoreEnv, "postgres://locksuite:s3cret@127.0.0.1:1/postgres?sslmode=disable")
+	if _, err := Start(ctx, []string{"redis"}, WithStore("etcd")); err == nil || !strings.Contains(err.Error(), "LOCKSUITE_STORE_URL names a postgres server, but the counter store asked for is etcd") {
+		t.Errorf("postgres URL, etcd store: %v", err)
+	}
+	t0 := time.Now()
+	_, err := Start(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "counter store at LOCKSUITE_STORE_URL") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("no server at the URL: %v", err)
+	}
+	if d := time.Since(t0); d > 15*time.Second {
+		t.Errorf("refused after %v", d)
 	}
 }
