@@ -42,8 +42,8 @@ const (
 	// this suite follows).
 	PauseRandom = "pause-random"
 	// PauseTargeted: the same schedule, but each victim is the worker
-	// holding the lock when the pause strikes, stopped after it has read
-	// (faults.StopHolder).
+	// holding the lock when the pause strikes, stopped between its read
+	// and its write (faults.StopHolder), where a pause loses an update.
 	PauseTargeted = "pause-targeted"
 	// StallInSection: every Chaos.StallEvery-th critical section asks
 	// before its write, and the row's fault stops its whole worker process

@@ -7,7 +7,7 @@ import "context"
 // interfaces are the model).
 
 // Holders is what a run knows of who holds its lock, as its clients report
-// it (a chaos worker: from its read until its release). A targeted fault
+// it (a chaos worker: from its read until its write). A targeted fault
 // reads it to pick its victim (StopHolder), and Log.Play to mark a span
 // Held.
 type Holders interface {

@@ -47,8 +47,11 @@ type Workers struct {
 	holding *holders
 }
 
-// holders is who holds the lock as the workers report it: from their read
-// to their release (faults.Holders).
+// holders is who holds the lock as the workers report it, from their read
+// to the end of their section (its write, reported before the release): a
+// stop there lets the value read go stale, so a targeted pause
+// (faults.StopHolder) strikes a section whose update it can lose
+// (faults.Holders).
 type holders struct {
 	mu sync.Mutex
 	by map[int]bool
@@ -179,8 +182,9 @@ loop: // the recorder: the workers' events
 		select {
 		case ev := <-w.events:
 			switch ev.Kind {
-			case "section":
+			case "section": // written (or refused): its read can no longer be lost
 				fx.Rec.Add(*ev.Section)
+				w.holding.set(ev.Client, false)
 			case "read":
 				w.holding.set(ev.Client, true)
 			case "released":
