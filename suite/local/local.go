@@ -341,9 +341,12 @@ func (s *service) provide(ctx context.Context, crash bool, given servers.Server)
 		p.srv, p.named, p.err = servers.External(s.name, c.endpoint), c, s.check(ctx, c)
 		return p
 	case crash:
-		p.srv, p.noPower, p.err = startCrashable(ctx, s)
+		p.srv, p.err = startRetrying(func() (srv servers.Server, err error) {
+			srv, p.noPower, err = startCrashable(ctx, s)
+			return srv, err
+		})
 	default:
-		p.srv, p.err = s.start(ctx, startOptions(s, false, false)...)
+		p.srv, p.err = startRetrying(func() (servers.Server, error) { return s.start(ctx, startOptions(s, false, false)...) })
 	}
 	if p.err != nil {
 		return p
@@ -354,6 +357,19 @@ func (s *service) provide(ctx context.Context, crash bool, given servers.Server)
 		}
 	}
 	return p
+}
+
+// startRetrying calls start again, three times in all at most, while it
+// fails because a port was taken: the harness picks free ports
+// (servers.FreePort), but another process (a test's CLI, its workers) can
+// bind one before the server does; each start picks new ones.
+func startRetrying(start func() (servers.Server, error)) (servers.Server, error) {
+	for tries := 1; ; tries++ {
+		srv, err := start()
+		if err == nil || tries == 3 || !strings.Contains(strings.ToLower(err.Error()), "address already in use") {
+			return srv, err
+		}
+	}
 }
 
 // add records what provide made of s.

@@ -2,12 +2,15 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/servers"
 )
 
 // TestChooseStore: the counter store is the first of stores whose service
@@ -123,5 +126,36 @@ func TestStoreEnvRefused(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 15*time.Second {
 		t.Errorf("refused after %v", d)
+	}
+}
+
+// TestStartRetrying: a start that failed on a port another process took
+// is tried again, three times at most; any other failure is returned at
+// once.
+func TestStartRetrying(t *testing.T) {
+	for _, tc := range []struct {
+		err   string
+		tries int
+	}{
+		{"redis-server exited (exit status 1): ... bind: Address already in use", 3},
+		{"initdb: permission denied", 1},
+	} {
+		n := 0
+		_, err := startRetrying(func() (servers.Server, error) {
+			n++
+			return nil, errors.New(tc.err)
+		})
+		if err == nil || n != tc.tries {
+			t.Errorf("%q: %d tries, %v; want %d", tc.err, n, err, tc.tries)
+		}
+	}
+	n := 0
+	if _, err := startRetrying(func() (servers.Server, error) {
+		if n++; n < 2 {
+			return nil, errors.New("listen tcp 127.0.0.1:30913: bind: address already in use")
+		}
+		return nil, nil
+	}); err != nil || n != 2 {
+		t.Errorf("taken, then started: %d tries, %v", n, err)
 	}
 }
