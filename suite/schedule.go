@@ -45,8 +45,8 @@ import (
 // 9 s to 3 m 21 s; with the counter store on a server of its own and a
 // Postgres session per client, 2 m 42 s to 3 m 1 s; with 0.4 CPUs idle
 // and 500 ms apart (the worker processes' start shows within a sample),
-// 2 m 31 s to 2 m 36 s, the same verdicts in every asserted cell
-// (docs/measurements.md).
+// 2 m 31 s to 2 m 54 s in five runs, the same verdicts in every asserted
+// cell (docs/measurements.md).
 // Exclusive jobs go first, those that fault what every run uses (the
 // store's service) ahead, when no run has started yet to wait for; then
 // the rest, the longest first (by their estimate: the longest-processing-time rule,

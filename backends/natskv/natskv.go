@@ -135,8 +135,12 @@ func New(cfg Config) (backends.Locker, error) {
 		h.Write([]byte(cfg.Key))
 		l.cfg.Bucket, l.ownsBkt = fmt.Sprintf("locksuite-%016x", h.Sum64()), true
 	}
+	// Asynchronous errors (a flush on a connection the server or a fault
+	// closed: "broken pipe") are not printed, as nats.go's default handler
+	// does on stderr: the connection reconnects, and the request that
+	// needed it returns its own error.
 	l.opts = []nats.Option{nats.Name("locksuite"), nats.Timeout(3 * time.Second), nats.ReconnectWait(100 * time.Millisecond),
-		nats.MaxReconnects(-1), nats.NoCallbacksAfterClientClose()}
+		nats.MaxReconnects(-1), nats.NoCallbacksAfterClientClose(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}
 	if cfg.CredsFile != "" {
 		l.opts = append(l.opts, nats.UserCredentials(cfg.CredsFile))
 	}
