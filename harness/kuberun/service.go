@@ -231,6 +231,15 @@ func (s *server) serve(c net.Conn, token string, logf func(string, ...any)) {
 
 // do carries out cmd.
 func (s *server) do(cmd string) error {
+	if addr, ok := strings.CutPrefix(cmd, "dial "); ok {
+		// A probe from this pod: does a connection to addr go through?
+		c, err := net.DialTimeout("tcp", addr, dialProbe)
+		if err != nil {
+			return fmt.Errorf("dial %s from the pod: %w", addr, err)
+		}
+		c.Close()
+		return nil
+	}
 	switch cmd {
 	case "stop", "cont":
 		s.mu.Lock()
@@ -377,6 +386,16 @@ func (s *Service) Crash(ctx context.Context, powerLoss bool) (faults.CrashReport
 	}
 	r.Serving = time.Now()
 	return r, nil
+}
+
+// dialProbe bounds a supervisor's probe connection (Reaches).
+const dialProbe = 2 * time.Second
+
+// Reaches returns nil when a TCP connection from the service's pod to
+// addr (host:port) goes through within 2 s, and the error otherwise: the
+// evidence a Partition's Probe needs that the pod is, or is not, cut off.
+func (s *Service) Reaches(ctx context.Context, addr string) error {
+	return command(ctx, s.control, s.token, "dial "+addr)
 }
 
 // Sync does nothing: the pod's data cannot lose power (CanCrash).

@@ -16,9 +16,9 @@ import (
 // TestServiceSupervisor runs a service supervisor's server (sleep, as the
 // lock server) and its control connection on this machine, without a
 // cluster: a command without the token is refused; stop and cont take
-// effect (/proc shows it); crash kills the process and starts another; kill
-// ends it and is not reported as a death; a process that dies on its own
-// is.
+// effect (/proc shows it); dial says whether a connection from the pod
+// goes through; crash kills the process and starts another; kill ends it
+// and is not reported as a death; a process that dies on its own is.
 func TestServiceSupervisor(t *testing.T) {
 	sv := &server{argv: []string{"sleep", "1000"}, out: io.Discard, died: make(chan error, 1)}
 	if err := sv.start(); err != nil {
@@ -62,6 +62,19 @@ func TestServiceSupervisor(t *testing.T) {
 	}
 	if err := pid().Await(false, 0); err != nil {
 		t.Errorf("after cont: %v", err)
+	}
+
+	// The pod's probe: a connection that goes through, one that does not.
+	if err := command(ctx, addr, token, "dial "+addr); err != nil {
+		t.Errorf("dial the supervisor's own port: %v", err)
+	}
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	if err := command(ctx, addr, token, "dial "+closed.Addr().String()); err == nil || !strings.Contains(err.Error(), "from the pod") {
+		t.Errorf("dial a closed port: %v, want the refusal", err)
 	}
 
 	first := pid()
