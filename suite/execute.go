@@ -39,7 +39,7 @@ type Options struct {
 	// lock or counter store is there (Config.Service, Config.StoreService),
 	// and first when it faults the store's service; the node scenarios, or
 	// one of a Config without a Service, alone. Chaos runs (worker processes)
-	// go one per CPU, more only while the machine has half a CPU idle
+	// go one per CPU, more only while the machine has 0.4 CPUs idle
 	// (measured each second). Each spec still reports, asserts and
 	// times out as its own. 0 means DefaultParallel(); 1 runs each
 	// scenario inside its spec, as GinkgoTest does. A negative value is an
@@ -74,8 +74,8 @@ const ParallelEnv = "LOCKSUITE_PARALLEL"
 // that would crowd a small machine's CPUs, and a holder starved of CPU for
 // longer than its lease would be a false alarm of the harness's own making:
 // so the chaos runs, whose worker processes keep the CPUs busy, go one per
-// CPU beside the runs that wait, and more only while the machine has half a
-// CPU idle (docs/measurements.md has the default run's times with each
+// CPU beside the runs that wait, and more only while the machine has 0.4
+// CPUs idle (docs/measurements.md has the default run's times with each
 // bound).
 func DefaultParallel() int {
 	if n, err := strconv.Atoi(os.Getenv(ParallelEnv)); err == nil && n > 0 {
