@@ -106,7 +106,16 @@ func TestSharedServers(t *testing.T) {
 	}
 	var orders, ours, seqs int
 	must(pg.QueryRow(ctx, `SELECT count(*) FROM app_orders`).Scan(&orders))
-	must(pg.QueryRow(ctx, `SELECT count(*) FROM locksuite_counter`).Scan(&ours))
+	// The counter rows are on the store's server: a Postgres of its own
+	// (local.StoreEnv), since the Postgres under test is the harness's.
+	store, ok := vars[local.StoreEnv]
+	if !ok {
+		t.Fatalf("Environ names no %s: the counter store shares the Postgres under test", local.StoreEnv)
+	}
+	sp, err := pgx.Connect(ctx, store)
+	must(err)
+	defer sp.Close(ctx)
+	must(sp.QueryRow(ctx, `SELECT count(*) FROM locksuite_counter`).Scan(&ours))
 	must(pg.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname <> 'app_seq'`).Scan(&seqs))
 	if orders != 2 {
 		t.Errorf("app_orders has %d rows, want the 2 seeded", orders)
