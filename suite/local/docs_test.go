@@ -61,7 +61,7 @@ func TestDocsNameTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	vars := section(t, "docs/servers.md", string(serversMD), "## Your own servers", "\nEverything the suite makes")
-	known := map[string]bool{"LOCKSUITE_CONSUL": true} // binaries the harness starts
+	known := map[string]bool{"LOCKSUITE_CONSUL": true, StoreEnv: true} // binaries the harness starts; the store's server
 	for _, c := range servers.KubeComponents {
 		known[servers.KubeBinaryEnv(c)] = true
 	}
