@@ -33,7 +33,7 @@ import (
 // TestKubernetesRun runs `locksuite run --kubernetes` on a cluster of two
 // nodes that the harness starts (servers.StartKubeCluster): etcd, Redis
 // (an image of Debian's redis-server) and NATS as pods under the supervisor that
-// crashes them for server-crash, the chaos workers as pods spread over the
+// crashes them for server-crash and stops them for server-stall, the chaos workers as pods spread over the
 // nodes, the driver (the CLI, the
 // same static binary as the pods') in node n0's network namespace, outside
 // the cluster, with the cluster's kubeconfig in KUBECONFIG. It checks that
@@ -86,7 +86,7 @@ func TestKubernetesRun(t *testing.T) {
 	// in-process clients past its 200 ms lease in a fault-free baseline
 	// (1 lost of 16 writes, 4 overlaps, with six runs at once on 2 cores): a
 	// false alarm of the harness's own making.
-	args := []string{"run", "--backends", "etcd,redis,nats-kv", "--scenarios", "baseline,deterministic-pause,pause-targeted,server-crash",
+	args := []string{"run", "--backends", "etcd,redis,nats-kv", "--scenarios", "baseline,deterministic-pause,pause-targeted,server-crash,server-stall",
 		"--store", "etcd", "--parallel", "1", "--rows", "--progress", "off", "--keep-broken", "off"}
 	// The same run on this machine, then on the cluster.
 	localRows, localErr := runKubeCLI(t, bin, dir, "local", nil, args)
@@ -106,12 +106,12 @@ func TestKubernetesRun(t *testing.T) {
 		}
 		return m
 	}
-	if want, got := verdicts(localRows), verdicts(kubeRows); len(want) != 24 || fmt.Sprint(want) != fmt.Sprint(got) {
+	if want, got := verdicts(localRows), verdicts(kubeRows); len(want) != 30 || fmt.Sprint(want) != fmt.Sprint(got) {
 		t.Errorf("verdicts: %v here, %v on the cluster", want, got)
 	}
 	for _, r := range kubeRows {
-		if r.Scenario == "server-crash" && (r.Verdict == report.Skipped || r.Faults != 1) {
-			t.Errorf("%s server-crash fencing=%v on the cluster: %s, %d faults (%s): want the pod's server crashed once", r.Backend, r.Fencing, r.Verdict, r.Faults, r.Reason)
+		if (r.Scenario == "server-crash" || r.Scenario == "server-stall") && (r.Verdict == report.Skipped || r.Faults != 1) {
+			t.Errorf("%s %s fencing=%v on the cluster: %s, %d faults (%s): want the pod's server crashed or stopped once", r.Backend, r.Scenario, r.Fencing, r.Verdict, r.Faults, r.Reason)
 		}
 		if r.Scenario != "pause-targeted" {
 			if len(r.Nodes) != 0 {
