@@ -613,8 +613,9 @@ func (e *Env) Environ() []string {
 }
 
 // CopyLogs copies the log of every server Start started into dir, as
-// <backend>.log (the counter store's own server's as store-<name>.log), and returns the paths it wrote. Servers the user named have
-// no log here. Call it before Close, which removes the logs.
+// <backend>.log (the counter store's own server's as store-<name>.log),
+// and returns the paths it wrote. Servers the user named have no log
+// here. Call it before Close, which removes the logs.
 func (e *Env) CopyLogs(dir string) ([]string, error) {
 	var out []string
 	name := func(s servers.Server) string { return s.Name() }
