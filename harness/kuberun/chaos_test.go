@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
 // networkChaosCRD is the NetworkChaos resource as Chaos Mesh's CRD names
@@ -49,19 +49,9 @@ var networkChaosCRD = map[string]any{
 // cut, Inject counts it and its heal deletes the object. No NetworkChaos
 // is left after any of them.
 func TestPartitionNeedsEvidence(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a real kube-apiserver")
-	}
-	if _, err := servers.KubeAPIServerBinary(); err != nil {
-		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
-	}
+	srv := servertest.KubeAPIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := servers.StartKubeAPIServer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
 	cfg := srv.RestConfig()
 	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {

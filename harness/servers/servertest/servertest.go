@@ -53,3 +53,18 @@ func Cluster[C interface{ Stop() error }](t testing.TB, ctx context.Context, sta
 	t.Logf("cluster healthy in %v", time.Since(t0).Round(time.Millisecond))
 	return c
 }
+
+// KubeAPIServer starts kube-apiserver (servers.StartKubeAPIServer) as
+// Start does, logging how long it took, or skips the test under -short or
+// when the binary is not built, saying how to build it.
+func KubeAPIServer(t testing.TB) *servers.KubeAPIServer {
+	t.Helper()
+	if _, err := servers.KubeAPIServerBinary(); err != nil && !testing.Short() {
+		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
+	}
+	ctx := Slow(t, "starts a real kube-apiserver", 2*time.Minute)
+	t0 := time.Now()
+	s := Start(t, ctx, servers.StartKubeAPIServer)
+	t.Logf("kube-apiserver ready in %v", time.Since(t0).Round(time.Millisecond))
+	return s
+}

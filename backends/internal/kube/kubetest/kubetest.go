@@ -15,28 +15,14 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/servers/servertest"
 )
 
-// Start starts kube-apiserver (servers.StartKubeAPIServer) and stops it
+// Start starts kube-apiserver (servertest.KubeAPIServer) and stops it
 // when the test ends, or skips the test when the binary is not built.
 func Start(t *testing.T) *servers.KubeAPIServer {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a real kube-apiserver")
-	}
-	if _, err := servers.KubeAPIServerBinary(); err != nil {
-		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	t0 := time.Now()
-	s, err := servers.StartKubeAPIServer(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kube-apiserver ready in %v", time.Since(t0).Round(time.Millisecond))
-	t.Cleanup(func() { s.Stop() })
-	return s
+	return servertest.KubeAPIServer(t)
 }
 
 // Lease reads the Lease name in s's namespace.
