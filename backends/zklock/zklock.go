@@ -119,8 +119,14 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 	}
 }
 
-// retryable: Lock failed with the connection or the session.
-func retryable(err error) bool { return zksession.Retryable(err) || errors.Is(err, zk.ErrClosing) }
+// retryable: Lock failed with the connection or the session, or with
+// "node does not exist": a parent of the lock's znode that another lock's
+// Cleanup removed (it was empty then) while Lock created the parents
+// again, which Lock does not retry (zookeeper's create starts over the
+// same way).
+func retryable(err error) bool {
+	return zksession.Retryable(err) || errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrNoNode)
+}
 
 // lease's Release is Lock.Unlock (see Acquire); Lost and Terminate are
 // zksession.Grant's.
