@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -50,24 +49,11 @@ func (s *Etcd) URL() string { return httpURL(s.addr, s.tls) }
 // so that the suite's many clients authenticate quickly).
 func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 	o := apply(opts)
-	if err := o.checkDurability("etcd"); err != nil {
-		return nil, err
-	}
-	// The ports were free a moment before the server binds them: another
-	// process (not this one: freePorts hands a port out once) may take one
-	// meanwhile. Then the server starts again on new ones.
-	for tries := 1; ; tries++ {
-		s, err := startEtcd(ctx, o)
-		if err == nil || tries == 3 || !strings.Contains(err.Error(), "address already in use") {
-			return s, err
-		}
-	}
-}
-
-// startEtcd is one attempt of StartEtcd.
-func startEtcd(ctx context.Context, o options) (*Etcd, error) {
 	fail := func(err error) error {
 		return &Unavailable{"etcd", err, fixFUSE(err, "free loopback ports and a writable temporary directory, or name a server with ETCDCTL_ENDPOINTS")}
+	}
+	if err := o.checkDurability("etcd"); err != nil {
+		return nil, err
 	}
 	ports, dir, err := portsAndDir(2, "etcd")
 	if err != nil {
