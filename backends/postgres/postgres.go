@@ -82,10 +82,9 @@ type locker struct {
 	seqOK  atomic.Bool
 	closed atomic.Bool
 
-	mu       sync.Mutex
-	spare    *pgx.Conn // the session of the last Release, or nil
-	spareAt  time.Time // when it went idle
-	spareOff bool      // Close was called: keep nothing
+	mu      sync.Mutex
+	spare   *pgx.Conn // the session of the last Release, or nil
+	spareAt time.Time // when it went idle
 }
 
 // New returns a Locker for cfg. It does not connect.
@@ -199,7 +198,7 @@ func (l *locker) connect(ctx context.Context) (*pgx.Conn, error) {
 func (l *locker) keep(c *pgx.Conn) {
 	l.mu.Lock()
 	old := l.spare
-	if l.spareOff {
+	if l.closed.Load() { // Close took the spare: keep nothing
 		old = c
 	} else {
 		l.spare, l.spareAt = c, time.Now()
@@ -216,7 +215,7 @@ func (l *locker) Close() error {
 	l.closed.Store(true)
 	l.mu.Lock()
 	c := l.spare
-	l.spare, l.spareOff = nil, true
+	l.spare = nil
 	l.mu.Unlock()
 	if c != nil {
 		c.Close(context.Background())
