@@ -83,7 +83,13 @@ func (p *Partition) Applies(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = rc.Namespace(p.Namespace).List(ctx, metav1.ListOptions{Limit: 1})
+	return p.served(ctx, rc.Namespace(p.Namespace))
+}
+
+// served is Applies's check that nc, NetworkChaos in the namespace, is
+// served.
+func (p *Partition) served(ctx context.Context, nc dynamic.ResourceInterface) error {
+	_, err := nc.List(ctx, metav1.ListOptions{Limit: 1})
 	if apierrors.IsNotFound(err) {
 		return faults.NotApplicable("Chaos Mesh's CRDs are not installed (no " + NetworkChaos.Resource + "." + NetworkChaos.Group + " in the cluster): install Chaos Mesh to partition pods")
 	}
@@ -97,14 +103,17 @@ func (p *Partition) Applies(ctx context.Context) error {
 // injected and for Probe to see it, and returns its heal. On any failure
 // it deletes the NetworkChaos before it returns.
 func (p *Partition) Inject(ctx context.Context) (func() error, error) {
-	if err := p.Applies(ctx); err != nil {
-		return nil, err
+	if p.Probe == nil {
+		return nil, p.Applies(ctx)
 	}
 	rc, err := p.client()
 	if err != nil {
 		return nil, err
 	}
 	nc := rc.Namespace(p.Namespace)
+	if err := p.served(ctx, nc); err != nil {
+		return nil, err
+	}
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": NetworkChaos.GroupVersion().String(),
 		"kind":       "NetworkChaos",
