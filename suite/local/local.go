@@ -618,27 +618,23 @@ func (e *Env) Environ() []string {
 // here. Call it before Close, which removes the logs.
 func (e *Env) CopyLogs(dir string) ([]string, error) {
 	var out []string
-	name := func(s servers.Server) string { return s.Name() }
-	all := e.servers
-	if e.storeSrv != nil {
-		all = append(slices.Clip(all), e.storeSrv)
-		name = func(s servers.Server) string {
-			if s == e.storeSrv {
-				return "store-" + s.Name()
-			}
-			return s.Name()
+	for _, s := range append(slices.Clip(e.servers), e.storeSrv) {
+		if s == nil {
+			continue
 		}
-	}
-	for _, s := range all {
+		name := s.Name()
+		if s == e.storeSrv {
+			name = "store-" + name
+		}
 		l, ok := s.(servers.Logger)
 		if !ok {
 			continue
 		}
 		b, err := os.ReadFile(l.Log())
 		if err != nil {
-			return out, fmt.Errorf("local: %s's log: %w", name(s), err)
+			return out, fmt.Errorf("local: %s's log: %w", name, err)
 		}
-		p := filepath.Join(dir, name(s)+".log")
+		p := filepath.Join(dir, name+".log")
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			return out, err
 		}
