@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -98,7 +100,7 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	backends := fs.String("backends", "all", backendsHelp())
 	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: "+strings.Join(suite.Names(""), ",")+"; chaos (worker processes): "+strings.Join(suite.Names(suite.FamilyChaos), ",")+"; network and server faults: "+strings.Join(suite.Names(suite.FamilyFault), ",")+"; on clusters: "+strings.Join(suite.Names(suite.FamilyCluster), ",")+"; on clusters partitioned on network namespaces (root): "+strings.Join(suite.Names(suite.FamilyNodes), ",")+"; the lock service crashed and restarted (its servers then start crashable): "+strings.Join(suite.Names(suite.FamilyCrash), ",")+"; the pitfalls users report: "+strings.Join(suite.Names(suite.FamilyPitfall), ","))
 	fencing := fs.String("fencing", "off,on", "fencing modes to run: off, on, or off,on")
-	shard := fs.String("shard", "", "run only share `I/N` of the runs (1 <= I <= N), for a run split over N machines or CI jobs; every shard of the same flags agrees on the split, and locksuite merge joins the shards' --json (default: the whole run)")
+	shard := fs.String("shard", "", "run only share `I/N` of the runs (1 <= I <= N), for a run split over N machines or CI jobs; every shard of the same flags agrees on the split, and locksuite merge joins the shards' --json. In a pod of a Kubernetes Indexed Job, job/N takes I from JOB_COMPLETION_INDEX, plus one (default: the whole run)")
 	fs.StringVar(&o.json, "json", "", "also write the rows as a JSON array to `FILE`, rewritten (atomically) after every run, so that an interrupted or killed run keeps the rows it finished; read by locksuite diff (default: not written)")
 	fs.StringVar(&o.markdown, "markdown", "", "also write the matrix, its notes and every row (folded) as Markdown to `FILE`, for a pull-request comment (default: not written)")
 	fs.StringVar(&o.html, "html", "", "also write a self-contained HTML report to `FILE`: the matrix coloured, each cell linked to its runs' timelines and histories (kept in --artifacts, default FILE's name with _files for .html), how to reproduce each run, the environment (default: not written)")
@@ -159,7 +161,7 @@ Flags:
 		}
 	}
 	if *shard != "" {
-		sh, err := suite.ParseShard(*shard)
+		sh, err := parseShard(*shard, os.Getenv)
 		if err != nil {
 			return o, &usageError{"--" + err.Error()}
 		}
@@ -244,4 +246,30 @@ func checkKubernetes(o options, backends string) error {
 		}
 	}
 	return nil
+}
+
+// jobIndexEnv is the variable in which Kubernetes gives each pod of an
+// Indexed Job its index, from 0 to the Job's completions - 1.
+const jobIndexEnv = "JOB_COMPLETION_INDEX"
+
+// parseShard is --shard: suite.ParseShard's "I/N", or "job/N" in a pod of
+// an Indexed Job of N completions, whose index (from 0) is shard I-1.
+func parseShard(s string, getenv func(string) string) (suite.Shard, error) {
+	n, ok := strings.CutPrefix(s, "job/")
+	if !ok {
+		return suite.ParseShard(s)
+	}
+	v := getenv(jobIndexEnv)
+	if v == "" {
+		return suite.Shard{}, fmt.Errorf("shard %q: %s is not set: job/N is for a pod of a Kubernetes Indexed Job (completionMode: Indexed), which has it; elsewhere write I/N, e.g. 1/%s", s, jobIndexEnv, n)
+	}
+	i, err := strconv.Atoi(v)
+	if err != nil {
+		return suite.Shard{}, fmt.Errorf("shard %q: %s=%q is not an index", s, jobIndexEnv, v)
+	}
+	sh, err := suite.ParseShard(fmt.Sprintf("%d/%s", i+1, n))
+	if err != nil {
+		return suite.Shard{}, fmt.Errorf("shard %q with %s=%s: the Job's index must be below N, its completions: %w", s, jobIndexEnv, v, err)
+	}
+	return sh, nil
 }

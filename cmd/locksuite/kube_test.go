@@ -14,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	batchv1client "k8s.io/client-go/kubernetes/typed/batch/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"k8s.io/client-go/rest"
@@ -41,27 +44,8 @@ import (
 // rows name the workers' nodes (both nodes), and that no object of the run
 // is left in the namespace.
 func TestKubernetesRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a Kubernetes cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	c, err := servers.StartKubeCluster(ctx, 2)
-	var u *servers.Unavailable
-	if errors.As(err, &u) {
-		t.Skipf("no Kubernetes cluster here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-
+	ctx, c, bin, image := startKubeTest(t, 10*time.Minute)
 	dir := t.TempDir()
-	const image = "localhost/locksuite/cli:kubernetes-test"
-	bin, err := c.ImportProgram(ctx, "github.com/locksuite/locksuite/cmd/locksuite", image)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Redis: Debian's redis-server and its libraries, under the official
 	// image's name that the Redis pod runs.
 	redis, err := exec.LookPath("redis-server")
@@ -361,4 +345,210 @@ func assertNothingLeft(ctx context.Context, t *testing.T, c *servers.KubeCluster
 	for _, cm := range cms.Items {
 		t.Errorf("ConfigMap left: %s", cm.Name)
 	}
+}
+
+// TestIndexedJobShards applies the Indexed Job and the merge pod of
+// docs/kubernetes.md ("The matrix in shards") to a cluster of two nodes
+// that the harness starts, as written there but for the image, the results
+// volume (a hostPath: the nodes are on this machine, and the cluster has no
+// volume provisioner) and a shorter list of scenarios, then checks that
+// each pod ran its own shard, that the merge pod's verdicts and exit status
+// are those of the same run unsharded on this machine, and that nothing of
+// them is left once they are deleted.
+func TestIndexedJobShards(t *testing.T) {
+	ctx, c, bin, image := startKubeTest(t, 8*time.Minute)
+	job, merger := shardManifests(t)
+
+	// What the test changes: the image, the volume, the scenarios.
+	results := filepath.Join(t.TempDir(), "results")
+	if err := os.Mkdir(results, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	scenarios := []string{"--scenarios", "baseline,control,deterministic-pause,release-after-expiry,contract", "--duration", "500ms"}
+	for _, spec := range []*corev1.PodSpec{&job.Spec.Template.Spec, &merger.Spec} {
+		for i := range spec.Volumes {
+			if spec.Volumes[i].Name == "results" {
+				spec.Volumes[i].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: results}}
+			}
+		}
+		spec.Containers[0].Image = image
+		spec.Containers[0].ImagePullPolicy = corev1.PullNever
+	}
+	shard := &job.Spec.Template.Spec.Containers[0]
+	shard.Args = append(shard.Args, scenarios...)
+	n := int(*job.Spec.Completions)
+	if i := slices.Index(shard.Args, "--shard"); i < 0 || shard.Args[i+1] != fmt.Sprintf("job/%d", n) {
+		t.Fatalf("the Job's args %q: want --shard job/%d, its completions", shard.Args, n)
+	}
+
+	jobs, err := batchv1client.NewForConfig(c.RestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := corev1client.NewForConfig(c.RestConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := c.Namespace()
+	t0 := time.Now()
+	if _, err := jobs.Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("apply the Job of docs/kubernetes.md: %v", err)
+	}
+	defer func() {
+		bg := metav1.DeletePropagationBackground
+		jobs.Jobs(ns).Delete(context.Background(), job.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
+		pods.Pods(ns).Delete(context.Background(), merger.Name, metav1.DeleteOptions{})
+	}()
+	var finished string
+	for finished == "" {
+		if ctx.Err() != nil {
+			t.Fatalf("the Job did not finish: %v", ctx.Err())
+		}
+		time.Sleep(time.Second)
+		j, err := jobs.Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cond := range j.Status.Conditions {
+			if (cond.Type == batchv1.JobComplete || cond.Type == batchv1.JobFailed) && cond.Status == corev1.ConditionTrue {
+				finished = string(cond.Type)
+			}
+		}
+	}
+	t.Logf("the Job: %s in %v", finished, time.Since(t0).Round(time.Millisecond))
+	shardPods, err := pods.Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range shardPods.Items {
+		t.Logf("pod %s (index %s) on %s: %s", p.Name, p.Labels["batch.kubernetes.io/job-completion-index"], p.Spec.NodeName, p.Status.Phase)
+	}
+	if len(shardPods.Items) != n {
+		t.Errorf("%d pods of the Job, want %d (one per shard, none run again)", len(shardPods.Items), n)
+	}
+	for i := range n {
+		rows := readRowsFile(t, filepath.Join(results, fmt.Sprintf("shard-%d.json", i)))
+		for _, r := range rows {
+			if want := fmt.Sprintf("%d/%d", i+1, n); r.Shard != want {
+				t.Errorf("pod %d wrote a row of shard %q, want %s", i, r.Shard, want)
+			}
+		}
+	}
+
+	if _, err := pods.Pods(ns).Create(ctx, merger, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("apply the merge pod of docs/kubernetes.md: %v", err)
+	}
+	var phase corev1.PodPhase
+	for phase != corev1.PodSucceeded && phase != corev1.PodFailed {
+		if ctx.Err() != nil {
+			t.Fatalf("the merge pod did not end: %v", ctx.Err())
+		}
+		time.Sleep(500 * time.Millisecond)
+		p, err := pods.Pods(ns).Get(ctx, merger.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		phase = p.Status.Phase
+	}
+	log, err := pods.Pods(ns).GetLogs(merger.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	t.Logf("merge pod: %s (%v)\n%s", phase, err, log)
+
+	// The same run, unsharded, on this machine.
+	args := append([]string{"run", "--backends", "etcd", "--progress", "off", "--keep-broken", "off"}, scenarios...)
+	localRows, localErr := runKubeCLI(t, bin, t.TempDir(), "local", nil, args)
+	if (localErr == nil) != (phase == corev1.PodSucceeded) {
+		t.Errorf("exit: %v here, merge pod %s", localErr, phase)
+	}
+	if (localErr == nil) != (finished == string(batchv1.JobComplete)) {
+		t.Errorf("exit: %v here, the Job %s", localErr, finished)
+	}
+	verdicts := func(rows []report.Row) string {
+		var v []string
+		for _, r := range rows {
+			v = append(v, fmt.Sprintf("%s %s fencing=%v: %s", r.Backend, r.Scenario, r.Fencing, r.Verdict))
+		}
+		slices.Sort(v)
+		return strings.Join(v, "\n")
+	}
+	merged := readRowsFile(t, filepath.Join(results, "merged.json"))
+	if a, b := verdicts(merged), verdicts(localRows); a != b || len(merged) == 0 {
+		t.Errorf("merged on the cluster:\n%s\nhere:\n%s", a, b)
+	}
+	if _, err := os.Stat(filepath.Join(results, "report", "index.html")); err != nil {
+		t.Errorf("the merge pod wrote no report: %v", err)
+	}
+
+	// kubectl delete -f: the Job, its pods and the merge pod go.
+	bg := metav1.DeletePropagationBackground
+	err1 := jobs.Jobs(ns).Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: &bg})
+	err2 := pods.Pods(ns).Delete(ctx, merger.Name, metav1.DeleteOptions{})
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		left, err := pods.Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left.Items) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d pods left after the Job and the merge pod were deleted", len(left.Items))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// shardManifests are the Job and the Pod of docs/kubernetes.md's block
+// after "<!-- manifest: shards", parsed strictly.
+func shardManifests(t *testing.T) (*batchv1.Job, *corev1.Pod) {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/kubernetes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "<!-- manifest: shards")
+	_, block, ok2 := strings.Cut(block, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	parts := strings.Split(block, "\n---\n")
+	if !ok || !ok2 || !ok3 || len(parts) != 2 {
+		t.Fatal(`docs/kubernetes.md: no yaml block of a Job and a Pod after "<!-- manifest: shards"`)
+	}
+	var job batchv1.Job
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict([]byte(parts[0]), &job); err != nil || job.Kind != "Job" {
+		t.Fatalf("docs/kubernetes.md's shards Job (%s): %v", job.Kind, err)
+	}
+	if err := yaml.UnmarshalStrict([]byte(parts[1]), &pod); err != nil || pod.Kind != "Pod" {
+		t.Fatalf("docs/kubernetes.md's merge Pod (%s): %v", pod.Kind, err)
+	}
+	return &job, &pod
+}
+
+// startKubeTest starts a cluster of two nodes for a test (skipped with
+// the reason where it cannot run, and with -short), stopped at the test's
+// end, and imports the CLI as image into its nodes; bin is the same static
+// CLI, to run here. ctx ends after timeout, or with the test.
+func startKubeTest(t *testing.T, timeout time.Duration) (ctx context.Context, c *servers.KubeCluster, bin, image string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a Kubernetes cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	c, err := servers.StartKubeCluster(ctx, 2)
+	var u *servers.Unavailable
+	if errors.As(err, &u) {
+		t.Skipf("no Kubernetes cluster here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	image = "localhost/locksuite/cli:kubernetes-test"
+	if bin, err = c.ImportProgram(ctx, "github.com/locksuite/locksuite/cmd/locksuite", image); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c, bin, image
 }

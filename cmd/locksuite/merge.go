@@ -14,13 +14,15 @@ import (
 	"github.com/locksuite/locksuite/suite"
 )
 
-const mergeUsage = `Usage: locksuite merge [flags] SHARD.json...
+const mergeUsage = `Usage: locksuite merge [flags] SHARD.json|DIR...
 
 Joins the rows of a run split into shards (locksuite run --shard I/N --json
 SHARD.json, one per machine or CI job) into the run's matrix on stdout, and
 its --json, --markdown and --html, as the whole run would have written them.
-Every shard of the split must be given once: merge refuses a missing shard,
-a shard given twice, and shards of different splits.
+A directory stands for the .json files in it (not in its subdirectories),
+but for merge's own --json. Every shard of the split must be given once:
+merge refuses a missing shard, a shard given twice, and shards of different
+splits.
 
 Exit status: 1 when a run's verdict is not what its spec asserted or stayed
 unknown (a finding), as locksuite run's; 0 otherwise; 2 for bad usage or a
@@ -61,7 +63,11 @@ func merge(args []string, stdout, stderr io.Writer) error {
 	var rows []report.Row
 	shards := map[string]string{} // shard: the file it came from
 	total, empty := 0, 0          // empty: files without rows (a shard can get no run)
-	for _, path := range fs.Args() {
+	paths, err := mergeFiles(fs.Args(), o.json)
+	if err != nil {
+		return &usageError{"merge: " + err.Error()}
+	}
+	for _, path := range paths {
 		got, err := readRows(path)
 		if err != nil {
 			return &usageError{fmt.Sprintf("merge: %s: %v", path, err)}
@@ -101,7 +107,7 @@ func merge(args []string, stdout, stderr io.Writer) error {
 		{"markdown", o.markdown, func(w io.Writer) error { return writeMarkdown(w, rows, "") }},
 		{"html", o.html, func(w io.Writer) error {
 			return report.WriteReport(w, report.Report{Title: "locksuite merge: " + strings.Join(fs.Args(), ", "), Rows: rows,
-				Env: [][2]string{{"shards", strings.Join(fs.Args(), ", ")}}, Base: filepath.Dir(o.html)})
+				Env: [][2]string{{"shards", strings.Join(paths, ", ")}}, Base: filepath.Dir(o.html)})
 		}},
 	} {
 		if w.path == "" {
@@ -151,4 +157,43 @@ func shardOf(path string, rows []report.Row) (suite.Shard, error) {
 		return suite.Shard{Index: 1, Total: 1}, nil
 	}
 	return suite.ParseShard(names[0])
+}
+
+// mergeFiles is the files args name: each file, and each directory's .json
+// files (sorted; not its subdirectories', and not out, merge's own --json,
+// which a later merge of the same directory would otherwise read as a
+// shard).
+func mergeFiles(args []string, out string) ([]string, error) {
+	var files []string
+	for _, a := range args {
+		fi, err := os.Stat(a)
+		if err != nil || !fi.IsDir() {
+			files = append(files, a) // readRows says what is wrong with it
+			continue
+		}
+		found, err := filepath.Glob(filepath.Join(a, "*.json"))
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for _, f := range found {
+			if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() && !sameFile(f, out) {
+				files, n = append(files, f), n+1
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%s: a directory without .json files: give the directory the shards wrote their --json to", a)
+		}
+	}
+	return files, nil
+}
+
+// sameFile reports whether paths a and b name one existing file.
+func sameFile(a, b string) bool {
+	if b == "" {
+		return false
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -33,10 +35,27 @@ func TestShardsMerge(t *testing.T) {
 			t.Fatalf("shard %d/2: exit %d\n%s\n%s", i, code, out, errs)
 		}
 	}
+	// Merged by name, then by their directory, merge's --json in it: the
+	// second merge must not read the first's --json as a shard.
 	var out, errb bytes.Buffer
 	if code := cli([]string{"merge", "--json", js("merged.json"), js("s1.json"), js("s2.json")}, &out, &errb); code != 0 {
 		t.Fatalf("merge: exit %d, want 0 as the whole run's\n%s\n%s", code, out.String(), errb.String())
 	}
+	shards := filepath.Join(tmp, "shards")
+	os.Mkdir(shards, 0o755)
+	for _, f := range []string{"s1.json", "s2.json", "merged.json"} {
+		if err := os.Rename(js(f), filepath.Join(shards, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byDir := filepath.Join(shards, "merged.json")
+	if code := cli([]string{"merge", "--json", byDir, shards}, new(bytes.Buffer), &errb); code != 0 {
+		t.Fatalf("merge %s: exit %d, want 0 as the whole run's\n%s", shards, code, errb.String())
+	}
+	for _, f := range []string{"s1.json", "s2.json"} {
+		os.Rename(filepath.Join(shards, f), js(f))
+	}
+	os.Rename(byDir, js("merged.json"))
 	cell := func(r report.Row) string { return fmt.Sprintf("%s/%v/%s", r.Backend, r.Fencing, r.Scenario) }
 	verdicts := func(rows []report.Row) map[string]report.Verdict {
 		m := map[string]report.Verdict{}
@@ -101,6 +120,13 @@ func TestMergeRefuses(t *testing.T) {
 	c := write("c.json", row("1/3", suite.Baseline, report.Kept, report.Kept))
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte("not json"), 0o644)
+	empty, pair := t.TempDir(), t.TempDir()
+	for _, p := range []string{a, b} {
+		if err := os.Link(p, filepath.Join(pair, filepath.Base(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Mkdir(filepath.Join(pair, "sub.json"), 0o755) // a directory: not a shard
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -112,11 +138,83 @@ func TestMergeRefuses(t *testing.T) {
 		{[]string{a, c}, 2, "give the shards of one split"},
 		{[]string{a, bad}, 2, bad},
 		{nil, 2, "no file"},
+		{[]string{empty}, 2, "a directory without .json files"},
+		{[]string{pair}, 1, "finding: etcd fencing=false deterministic-pause"}, // a.json and b.json
 	} {
 		var out, errb bytes.Buffer
 		code := cli(append([]string{"merge"}, tc.args...), &out, &errb)
 		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("merge %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// TestShardFromJob: --shard job/N takes the shard from an Indexed Job's
+// JOB_COMPLETION_INDEX (0 to N-1), and names the variable when it is
+// missing or out of range.
+func TestShardFromJob(t *testing.T) {
+	for _, tc := range []struct {
+		flag, env string
+		want      string // the shard, or a part of the error
+	}{
+		{"job/4", "0", "1/4"},
+		{"job/4", "3", "4/4"},
+		{"2/4", "", "2/4"},
+		{"job/4", "", "JOB_COMPLETION_INDEX is not set"},
+		{"job/4", "4", "the Job's index must be below N"},
+		{"job/4", "x", `JOB_COMPLETION_INDEX="x" is not an index`},
+		{"job/x", "0", "write INDEX/TOTAL"},
+	} {
+		sh, err := parseShard(tc.flag, func(string) string { return tc.env })
+		got := sh.String()
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.Contains(got, tc.want) || (err != nil) == (tc.want == "1/4" || tc.want == "4/4" || tc.want == "2/4") {
+			t.Errorf("--shard %s, %s=%q: %q, want %q", tc.flag, jobIndexEnv, tc.env, got, tc.want)
+		}
+	}
+}
+
+// TestShardsWorkflowFlags: the locksuite command lines of
+// ci/github/locksuite-shards.yml, each shard of its matrix substituted,
+// are ones the CLI accepts (ci's TestShardsWorkflow checks the rest).
+func TestShardsWorkflowFlags(t *testing.T) {
+	b, err := os.ReadFile("../../ci/github/locksuite-shards.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	m := regexp.MustCompile(`shard: \[([0-9, ]+)\]`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatal("ci/github/locksuite-shards.yml: no matrix shard: [...]")
+	}
+	var runs, merges int
+	for _, cmd := range regexp.MustCompile(`go run \./cmd/locksuite ((?:.*\n)*?)\n`).FindAllStringSubmatch(s, -1) {
+		for _, i := range strings.Split(m[1], ",") {
+			args := strings.Fields(strings.ReplaceAll(cmd[1], "${{ matrix.shard }}", strings.TrimSpace(i)))
+			switch args[0] {
+			case "run":
+				runs++
+				o, err := parseRun(args[1:], io.Discard)
+				if err != nil {
+					t.Errorf("locksuite %s: %v", strings.Join(args, " "), err)
+				} else if fmt.Sprint(o.shard.Index) != strings.TrimSpace(i) {
+					t.Errorf("locksuite %s: shard %s", strings.Join(args, " "), o.shard)
+				}
+			case "merge":
+				merges++
+				// No shard files here: the flags parse, and the error is about
+				// the directory, not a flag.
+				var errb bytes.Buffer
+				code := cli(append(args[:len(args)-1], filepath.Join(t.TempDir(), "shards")), io.Discard, &errb)
+				if code != 2 || !strings.Contains(errb.String(), "no such file") {
+					t.Errorf("locksuite %s (no shards): exit %d, %s", strings.Join(args, " "), code, errb.String())
+				}
+			}
+		}
+	}
+	if runs == 0 || merges == 0 {
+		t.Errorf("%d run and %d merge command lines found, want both", runs, merges)
 	}
 }
