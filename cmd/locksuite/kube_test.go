@@ -529,15 +529,17 @@ func shardManifests(t *testing.T) (*batchv1.Job, *corev1.Pod) {
 // startKubeTest starts a cluster of two nodes for a test (skipped with
 // the reason where it cannot run, and with -short), stopped at the test's
 // end, and imports the CLI as image into its nodes; bin is the same static
-// CLI, to run here. ctx ends after timeout, or with the test.
+// CLI, to run here. ctx ends timeout after the image is imported, or with
+// the test: the static build, minutes long on a cold build cache (a new
+// machine), is bounded by go test's -timeout only.
 func startKubeTest(t *testing.T, timeout time.Duration) (ctx context.Context, c *servers.KubeCluster, bin, image string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a Kubernetes cluster")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	t.Cleanup(cancel)
-	c, err := servers.StartKubeCluster(ctx, 2)
+	start, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := servers.StartKubeCluster(start, 2)
 	var u *servers.Unavailable
 	if errors.As(err, &u) {
 		t.Skipf("no Kubernetes cluster here: %v", err)
@@ -547,8 +549,12 @@ func startKubeTest(t *testing.T, timeout time.Duration) (ctx context.Context, c 
 	}
 	t.Cleanup(func() { c.Stop() })
 	image = "localhost/locksuite/cli:kubernetes-test"
-	if bin, err = c.ImportProgram(ctx, "github.com/locksuite/locksuite/cmd/locksuite", image); err != nil {
+	t0 := time.Now()
+	if bin, err = c.ImportProgram(context.Background(), "github.com/locksuite/locksuite/cmd/locksuite", image); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("the CLI built statically and imported in %v", time.Since(t0).Round(time.Millisecond))
+	ctx, cancel = context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
 	return ctx, c, bin, image
 }
