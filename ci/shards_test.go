@@ -2,6 +2,7 @@ package ci
 
 import (
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -45,11 +46,7 @@ func TestShardsWorkflow(t *testing.T) {
 	}
 	shard, merge := w.Jobs["shard"], w.Jobs["merge"]
 	if len(shard.Steps) == 0 || len(merge.Steps) == 0 {
-		t.Fatalf("jobs %v: want shard and merge", slices.Collect(func(yield func(string) bool) {
-			for k := range w.Jobs {
-				yield(k)
-			}
-		}))
+		t.Fatalf("jobs %v: want shard and merge", slices.Collect(maps.Keys(w.Jobs)))
 	}
 	n := len(shard.Strategy.Matrix.Shard)
 	for i, s := range shard.Strategy.Matrix.Shard {

@@ -165,6 +165,7 @@ func shardOf(path string, rows []report.Row) (suite.Shard, error) {
 // shard).
 func mergeFiles(args []string, out string) ([]string, error) {
 	var files []string
+	outInfo, _ := os.Stat(out) // nil: no --json, or not written yet
 	for _, a := range args {
 		fi, err := os.Stat(a)
 		if err != nil || !fi.IsDir() {
@@ -177,7 +178,7 @@ func mergeFiles(args []string, out string) ([]string, error) {
 		}
 		n := 0
 		for _, f := range found {
-			if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() && !sameFile(f, out) {
+			if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() && (outInfo == nil || !os.SameFile(fi, outInfo)) {
 				files, n = append(files, f), n+1
 			}
 		}
@@ -186,14 +187,4 @@ func mergeFiles(args []string, out string) ([]string, error) {
 		}
 	}
 	return files, nil
-}
-
-// sameFile reports whether paths a and b name one existing file.
-func sameFile(a, b string) bool {
-	if b == "" {
-		return false
-	}
-	fa, err1 := os.Stat(a)
-	fb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
