@@ -59,11 +59,21 @@ func TestPartitionNeedsEvidence(t *testing.T) {
 	}
 
 	// The path the partition should cut: a listener that nothing cuts
-	// (its backlog completes each handshake; nothing needs to accept).
+	// (accepted and closed: a backlog left to fill made a probe see it cut
+	// once, and Inject count a partition that was not there).
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 	defer l.Close()
 	cut := make(chan struct{}) // closed: the probe sees the path cut
 	probe := func(ctx context.Context) error {
