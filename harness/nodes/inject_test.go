@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 )
 
 // TestPartitions: under each partition a TCP connect across the cut fails

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -30,7 +30,7 @@ func (n *Node) Addr() netip.Addr { return n.addr }
 
 // Start starts cmd like exec.Cmd.Start with the child in the node's network
 // namespace; the caller waits for it as usual. As with every child the
-// harness starts (harness/internal/spawn), the child gets SIGKILL when this
+// harness starts (internal/spawn), the child gets SIGKILL when this
 // process dies unless cmd.SysProcAttr sets another Pdeathsig. Processes the
 // child starts stay on the node.
 func (n *Node) Start(cmd *exec.Cmd) error {

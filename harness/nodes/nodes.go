@@ -30,7 +30,7 @@
 //
 //   - A server or worker process: Node.Start, like exec.Cmd.Start, with the
 //     child in the node's namespace (and SIGKILLed when this process dies, as
-//     harness/internal/spawn does for every child). It binds Node.Addr (or
+//     internal/spawn does for every child). It binds Node.Addr (or
 //     0.0.0.0) and dials other nodes' addresses directly. This is the way for
 //     redis-server, Sentinel, Consul and re-executed etcd members.
 //   - A Go client in this process: Node.Dial as its dialer (the adapters'

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 )
 
 // Cluster is a replicated lock service the harness started itself on

@@ -13,7 +13,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 )
 
 // ConsulVersion is the Consul server the harness runs: the newest

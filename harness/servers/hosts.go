@@ -6,7 +6,7 @@ import (
 	"net"
 	"os/exec"
 
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 	"github.com/locksuite/locksuite/harness/nodes"
 )
 

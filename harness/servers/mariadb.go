@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 )
 
 // MariaDB is a throwaway MariaDB server started by StartMariaDB.

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )

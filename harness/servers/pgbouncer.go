@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 )
 
 // PoolMode is how PgBouncer lends its server connections to clients

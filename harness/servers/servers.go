@@ -2,7 +2,7 @@
 // against, each on free loopback ports in a temporary directory, and stops
 // them, removing their data, on Stop. Child processes get a parent-death
 // signal, so they do not outlive a killed coordinator; they are all forked
-// from one OS thread that lives as long as the process (harness/internal/spawn),
+// from one OS thread that lives as long as the process (internal/spawn),
 // because the signal fires when the forking thread exits.
 //
 // Or, instead of starting one, the suite connects to a server the user names
@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 	"github.com/locksuite/locksuite/internal/tempdir"
 )
 

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 )
 
 // zkJars: the harness runs Debian's ZooKeeper (package zookeeper, 3.8) as a plain java

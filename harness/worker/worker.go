@@ -34,7 +34,7 @@ import (
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/history"
-	"github.com/locksuite/locksuite/harness/internal/spawn"
+	"github.com/locksuite/locksuite/internal/spawn"
 	"github.com/locksuite/locksuite/harness/traffic"
 	"github.com/locksuite/locksuite/internal/wait"
 )
@@ -204,7 +204,7 @@ func Start(spec Spec, argv, env []string, logPath string) (*Proc, error) {
 	// Its own process group (a signal to the group reaches any helper it
 	// forks) and death with the coordinator.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := spawn.Start(cmd); err != nil { // from the spawning thread: see harness/internal/spawn
+	if err := spawn.Start(cmd); err != nil { // from the spawning thread: see internal/spawn
 		evR.Close()
 		evW.Close()
 		ackR.Close()
