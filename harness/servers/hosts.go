@@ -6,8 +6,8 @@ import (
 	"net"
 	"os/exec"
 
-	"github.com/locksuite/locksuite/internal/spawn"
 	"github.com/locksuite/locksuite/harness/nodes"
+	"github.com/locksuite/locksuite/internal/spawn"
 )
 
 // Hosts places a cluster's processes on nodes (harness/nodes): process i

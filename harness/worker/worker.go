@@ -34,8 +34,8 @@ import (
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/history"
-	"github.com/locksuite/locksuite/internal/spawn"
 	"github.com/locksuite/locksuite/harness/traffic"
+	"github.com/locksuite/locksuite/internal/spawn"
 	"github.com/locksuite/locksuite/internal/wait"
 )
 
