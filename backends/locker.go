@@ -102,10 +102,13 @@ type LossNotifier interface {
 }
 
 // Freezer is an optional capability for a Locker whose connections do not
-// go through the dialer the suite gives it (suite.Client.Dial). Freeze
+// go through the dialer the suite gives it (suite.Client.Dial), or that can
+// stall itself more faithfully than its connections can be stalled (a
+// foreign worker's process, stopped with SIGSTOP: backends/foreign). Freeze
 // stops all of this Locker's traffic to the lock service, renewals included,
 // as a stalled process or a cut network would, until thaw is called; it must
-// lose nothing that was sent meanwhile. The pause scenarios are skipped for a
+// lose nothing that was sent meanwhile. The freeze faults use it in
+// preference to the Locker's dial path. The pause scenarios are skipped for a
 // Locker that neither dials through suite.Client.Dial nor implements Freezer.
 type Freezer interface {
 	Freeze() (thaw func())

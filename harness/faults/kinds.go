@@ -40,9 +40,9 @@ func onPath(p *Path, strike func()) (func() error, error) {
 
 // Freeze stalls one client with its renewals, as a GC or VM pause would:
 // all its traffic to the lock service stops and nothing sent meanwhile is
-// lost, until the heal delivers it. It works on the client's Path when the
-// client dialled through it, else through the Locker's own
-// backends.Freezer; it does not apply to a client with neither.
+// lost, until the heal delivers it. It works through the Locker's own
+// backends.Freezer when it has one, else on the client's Path when the
+// client dialled through it; it does not apply to a client with neither.
 type Freeze struct {
 	Path   *Path           // the client's Path; nil if it has none
 	Locker backends.Locker // the client's Locker
@@ -58,13 +58,16 @@ func (f *Freeze) Applies(context.Context) error {
 }
 
 func (f *Freeze) Inject(context.Context) (func() error, error) {
-	if dialled(f.Path) {
-		f.Path.Freeze()
-		return func() error { f.Path.Thaw(); return nil }, nil
-	}
+	// The Locker's own Freezer first: it knows how to stall itself whole
+	// (a foreign worker's process, stopped with SIGSTOP), where the path
+	// would stall its traffic only.
 	if fr, ok := f.Locker.(backends.Freezer); ok {
 		thaw := fr.Freeze()
 		return func() error { thaw(); return nil }, nil
+	}
+	if dialled(f.Path) {
+		f.Path.Freeze()
+		return func() error { f.Path.Thaw(); return nil }, nil
 	}
 	return nil, NotApplicable(NoDial)
 }
