@@ -320,7 +320,10 @@ func (l *Locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if dl, ok := ctx.Deadline(); ok {
 			slice = min(slice, time.Until(dl))
 		}
-		if err := ctx.Err(); err != nil || slice <= 0 {
+		if slice <= 0 {
+			<-ctx.Done() // its deadline is now, or a moment away
+		}
+		if ctx.Err() != nil {
 			return nil, l.ctxErr(ctx)
 		}
 		slice = max(slice, time.Millisecond)
@@ -381,6 +384,9 @@ func (l *Locker) grant(m reply) (backends.Lease, error) {
 	l.lost[ls.id] = ls.lost
 	l.lastErr = nil
 	l.mu.Unlock()
+	if l.caps[CapLost] {
+		return &noticeLease{ls}, nil
+	}
 	return ls, nil
 }
 
@@ -481,18 +487,21 @@ type lease struct {
 	lost  chan struct{}
 	mu    sync.Mutex
 	done  bool
+	held  bool // release_ok's held
 }
+
+// noticeLease is the lease of a worker with the lost capability.
+type noticeLease struct{ *lease }
 
 var (
 	_ backends.Lease        = (*lease)(nil)
-	_ backends.LossNotifier = (*lease)(nil)
+	_ backends.LossNotifier = (*noticeLease)(nil)
 )
 
 func (s *lease) Fence() uint64 { return s.fence }
 
-// Lost is closed when the worker sends a lost notice for this lease (with
-// the lost capability); without it, it never closes.
-func (s *lease) Lost() <-chan struct{} { return s.lost }
+// Lost is closed when the worker sends a lost notice for this lease.
+func (s *noticeLease) Lost() <-chan struct{} { return s.lost }
 
 // Release sends release once; a second Release returns nil at once.
 func (s *lease) Release(ctx context.Context) error {
@@ -512,6 +521,11 @@ func (s *lease) Release(ctx context.Context) error {
 	var we *Error
 	if errors.As(err, &we) && we.Code == "not-held" {
 		err = nil
+	} else if err == nil {
+		if m.Held == nil {
+			return fmt.Errorf("foreign release: %w", s.l.broke(fmt.Sprintf("release_ok without held: %q", clip(m.line))))
+		}
+		s.held = *m.Held
 	}
 	if err != nil {
 		return fmt.Errorf("foreign release: %w", err)

@@ -1,0 +1,69 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/locksuite/locksuite/backends/foreign"
+	"github.com/locksuite/locksuite/harness/servers"
+)
+
+// TestShipped walks the protocol (foreign.Check) with every shipped worker
+// on a server of its service; a worker whose runtime or packages this
+// machine lacks is skipped, saying what is missing.
+func TestShipped(t *testing.T) {
+	for _, w := range All {
+		t.Run(w.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			p, err := w.Prepare(ctx)
+			var m *Missing
+			if errors.As(err, &m) {
+				t.Skip(m)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := startService(t, ctx, w.Service)
+			url := addr
+			if w.Service == "redis" {
+				url = "redis://" + addr + "/0"
+			}
+			var out strings.Builder
+			err = foreign.Check(ctx, func(ctx context.Context, n int) (*foreign.Locker, error) {
+				return foreign.New(ctx, foreign.Config{Command: p.Command, Dir: p.Dir, Name: w.Name, Client: n,
+					Key: "locksuite-check-" + w.Name, Lease: time.Second, Service: w.Service, Addrs: []string{addr}, URL: url})
+			}, &out)
+			t.Log("\n" + out.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func startService(t *testing.T, ctx context.Context, service string) string {
+	t.Helper()
+	var (
+		s   servers.Server
+		err error
+	)
+	switch service {
+	case "redis":
+		s, err = servers.StartRedis(ctx)
+	case "zookeeper":
+		s, err = servers.StartZooKeeper(ctx)
+	}
+	var u *servers.Unavailable
+	if errors.As(err, &u) {
+		t.Skip(u)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	return s.Endpoint()
+}
