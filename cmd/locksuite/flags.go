@@ -76,7 +76,8 @@ func parseList(flagName, v string, allowed []string) ([]string, error) {
 }
 
 // parseBackends parses --backends: names from local.Backends; "all" is
-// every name of local.Names, "libraries" every one of local.Libraries.
+// every name of local.Names, "libraries" every one of local.Libraries,
+// "languages" every one of local.Languages.
 func parseBackends(v string) ([]string, error) {
 	var parts []string
 	for _, s := range strings.Split(v, ",") {
@@ -85,6 +86,8 @@ func parseBackends(v string) ([]string, error) {
 			parts = append(parts, local.Names...)
 		case "libraries":
 			parts = append(parts, local.Libraries...)
+		case "languages":
+			parts = append(parts, local.Languages...)
 		default:
 			parts = append(parts, s)
 		}

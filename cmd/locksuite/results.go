@@ -31,9 +31,11 @@ type results struct {
 	stderr  io.Writer
 	planned int // runs planned, for "n of m"
 	rows    []report.Row
-	start   time.Time
-	env     [][2]string
-	failed  map[string]bool // outputs that failed once: said once
+	// libraries: what the language backends' workers reported (local.Env.Libraries).
+	libraries [][2]string
+	start     time.Time
+	env       [][2]string
+	failed    map[string]bool // outputs that failed once: said once
 }
 
 func newResults(o options, art *artifacts, stderr io.Writer) *results {
@@ -211,6 +213,9 @@ func (s *results) writeHTML(w io.Writer, rows []report.Row, status, base string)
 		env = append(env, [2]string{"took", time.Since(s.start).Round(time.Second).String()})
 	}
 	env = append(env, s.env...)
+	for _, l := range s.libraries {
+		env = append(env, [2]string{l[0] + " library", l[1]})
+	}
 	env = append(env, [2]string{"seeds", seeds(s.o, rows)})
 	return report.WriteReport(w, report.Report{
 		Title: "locksuite run: " + strings.Join(s.o.backends, ", "), Status: status, Rows: rows, Env: env, Base: base,

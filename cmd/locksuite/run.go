@@ -79,6 +79,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	defer art.abandon()
 	res := newResults(o, art, stderr)
+	libs := map[string]string{}
+	for _, l := range env.Libraries() {
+		libs[l[0]] = l[1]
+		fmt.Fprintf(stderr, "locksuite: %s runs %s\n", l[0], l[1])
+	}
+	res.libraries = env.Libraries()
 	var (
 		rows []report.Row // the backends that could not run
 		cfgs []suite.Config
@@ -105,6 +111,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 				cfg.WorkerStarter = kube
 			}
 			cfg.Report = func(r report.Row) { // from each spec, one after another
+				r.Library = libs[r.Backend]
 				res.add(r)
 				if prog != nil {
 					prog.end(r)

@@ -64,7 +64,8 @@ func backendsHelp() string {
 		strings.Join(local.Variables(), ", ") + "; clusters, started here when named (not by all): " + strings.Join(local.Clusters, ",") +
 		"; on " + or(whenNamed) + ", when named: " + strings.Join(local.WhenNamed, ",") +
 		"; durability settings of redis-server and nats-server for the crash scenarios (docs/crash.md), when named: " + strings.Join(local.Variants, ",") +
-		"; through PgBouncer in front of Postgres, when named: " + strings.Join(local.Poolers, ",")
+		"; through PgBouncer in front of Postgres, when named: " + strings.Join(local.Poolers, ",") +
+		"; lock libraries of other languages through their workers (docs/protocol.md), when named: " + strings.Join(local.Languages, ",") + " (languages)"
 }
 
 // storeHelp is the help of run's --store.

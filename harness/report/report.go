@@ -48,6 +48,11 @@ type Row struct {
 	LeaseMS    int64   `json:"lease_ms"`
 	DurationMS int64   `json:"duration_ms"`
 	Reason     string  `json:"reason"`
+	// Library is the lock library of a language backend (redis-py,
+	// curator, a --worker's) as its worker reported it at the start:
+	// "redis-py 4.3.4 (CPython 3.11.2 (/usr/bin/python3))"; empty for
+	// the Go backends, whose modules the environment lists.
+	Library string `json:"library,omitempty"`
 	// Linearizable is the second checker's answer on the run's history:
 	// "ok", "illegal" or "unknown" (the search timed out); empty when the
 	// scenario records no history (release-after-expiry, skipped rows). A

@@ -69,6 +69,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -143,6 +144,24 @@ var Variants = namesOf(variant)
 // pooler of the user's in each mode instead.
 var Poolers = namesOf(pooler)
 
+// Languages are the lock libraries of other languages, each as it ships,
+// in its own runtime, through its worker (backends/foreign/workers, the
+// worker protocol of docs/protocol.md), started only when named (or by
+// "languages"):
+//
+//	redis-py         redis-py's Lock (Debian's python3-redis, /usr/bin/python3) on the Redis server;
+//	                 its fence an INCR of key:fence after the grant
+//	kazoo            kazoo's Lock (python3-kazoo) on the ZooKeeper server; its fence the lock node's sequence
+//	redlock-js       npm redlock 5 (using, with its auto-extension and abort signal) on the Redis server
+//	redis-semaphore  npm redis-semaphore's Mutex (auto refresh, onLockLost) on the Redis server
+//	curator          Apache Curator's InterProcessMutex (Debian's jars, Java 17) on the ZooKeeper server
+//
+// Start prepares each named one (the first time on a machine: npm ci,
+// javac) and asks it its library's version (Env.Libraries); one whose
+// runtime or packages are missing is Unavailable, saying which
+// (ci/setup.sh NAME installs them).
+var Languages = namesOf(language)
+
 // WhenNamed are the backends started only when named (not by "all" or
 // "libraries"), on a Kubernetes API: kube-apiserver, which ci/setup.sh
 // builds (about 5 minutes once) and which takes seconds to start, or the
@@ -161,6 +180,8 @@ var Leases = leases()
 // Env is a set of running or named backends. Close stops what it started.
 type Env struct {
 	servers []servers.Server
+	// libraries: what the language backends' workers reported (Libraries).
+	libraries [][2]string
 	// started: the suite.Servers of each service this Env started itself.
 	started map[string]suite.Servers
 	// endpoint per service: host:port (redis, consul, etcd), a DSN
@@ -302,8 +323,36 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 			e.Unavailable[n] = e.Unavailable[s.name]
 		}
 	}
+	e.probeWorkers(ctx, names)
 	return e, nil
 }
+
+// probeWorkers prepares the workers of the language backends of names and
+// asks each what it is (Libraries), once, in the coordinator only: a chaos
+// worker process finds them prepared. A worker that cannot start makes
+// its backend Unavailable.
+func (e *Env) probeWorkers(ctx context.Context, names []string) {
+	if _, isWorker, _ := worker.FromEnv(); isWorker {
+		return
+	}
+	for _, n := range names {
+		b, ok := lookup(n)
+		if !ok || b.worker == "" || e.Unavailable[n] != nil || !e.Available(b.on.name) {
+			continue
+		}
+		lib, err := probeWorker(ctx, b, e.conn(b.on.name))
+		if err != nil {
+			e.Unavailable[n] = err
+			continue
+		}
+		e.libraries = append(e.libraries, [2]string{n, lib.String()})
+	}
+}
+
+// Libraries are the libraries the language backends' workers reported at
+// Start, one pair (backend, "library version (runtime)") each, in the
+// order named.
+func (e *Env) Libraries() [][2]string { return e.libraries }
 
 // provided is what provide made of a service: a server started or named,
 // the connection to it, or why it could not be had.

@@ -17,11 +17,12 @@ import (
 type kind int
 
 const (
-	adapter kind = iota // Names: one adapter per lock service; "all"
-	library             // Libraries: a lock library as it ships; "libraries"
-	cluster             // Clusters: a replicated service, for failover
-	variant             // Variants: a service's durability setting, for the crash scenarios
-	pooler              // Poolers: a lock through a connection pooler
+	adapter  kind = iota // Names: one adapter per lock service; "all"
+	library              // Libraries: a lock library as it ships; "libraries"
+	cluster              // Clusters: a replicated service, for failover
+	variant              // Variants: a service's durability setting, for the crash scenarios
+	pooler               // Poolers: a lock through a connection pooler
+	language             // Languages: a lock library of another language, through its worker; "languages"
 )
 
 // service is the server, or set of servers, that backends run on: how the
@@ -122,6 +123,9 @@ type backend struct {
 	// modules are the Go modules of the Locker's client (and of the
 	// server, where it is embedded), for the environment report.
 	modules []string
+	// worker is the shipped worker (backends/foreign/workers) of a
+	// language backend: Start prepares it and asks it what it is.
+	worker string
 }
 
 // byService lists each service file's backends, in report order: within
@@ -138,6 +142,7 @@ var byService = [][]backend{
 	natsBackends,
 	kubeBackends,
 	pgbouncerBackends,
+	languageBackends,
 }
 
 // table is every backend, built once: lookups by name, and each service
@@ -190,9 +195,9 @@ func services() []*service { return table.services }
 
 // namesOf lists the backends of kind k that "all" or "libraries" start.
 // Backends is every backend's name, each once: those of Names, Libraries,
-// Clusters, WhenNamed, Variants and Poolers, in that order.
+// Clusters, WhenNamed, Variants, Poolers and Languages, in that order.
 func Backends() []string {
-	return slices.Concat(Names, Libraries, Clusters, WhenNamed, Variants, Poolers)
+	return slices.Concat(Names, Libraries, Clusters, WhenNamed, Variants, Poolers, Languages)
 }
 
 func namesOf(k kind) []string {
