@@ -121,7 +121,7 @@ type Locker struct {
 	expiry  time.Duration
 	mu      sync.Mutex
 	closed  bool
-	lost    map[string]chan struct{} // by lease, for CapLost
+	lost    map[string]*lease // the leases held, for CapLost
 	lastErr error
 }
 
@@ -162,7 +162,7 @@ func newWith(ctx context.Context, cfg Config, started func(*proc)) (*Locker, err
 		var d net.Dialer
 		dial = d.DialContext
 	}
-	l := &Locker{lost: map[string]chan struct{}{}}
+	l := &Locker{lost: map[string]*lease{}}
 	url := cfg.URL
 	var local []string
 	for _, a := range cfg.Addrs {
@@ -381,7 +381,7 @@ func (l *Locker) grant(m reply) (backends.Lease, error) {
 	}
 	ls := &lease{l: l, id: *m.Lease, fence: m.Fence, lost: make(chan struct{})}
 	l.mu.Lock()
-	l.lost[ls.id] = ls.lost
+	l.lost[ls.id] = ls
 	l.lastErr = nil
 	l.mu.Unlock()
 	if l.caps[CapLost] {
@@ -405,8 +405,9 @@ func (l *Locker) onNotice(m reply) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ch, ok := l.lost[*m.Lease]; ok {
-		close(ch)
+	if ls, ok := l.lost[*m.Lease]; ok {
+		ls.lostText = m.Text
+		close(ls.lost)
 		delete(l.lost, *m.Lease)
 	}
 }
@@ -488,6 +489,8 @@ type lease struct {
 	mu    sync.Mutex
 	done  bool
 	held  bool // release_ok's held
+	// lostText is the lost notice's text, set before lost closes.
+	lostText string
 }
 
 // noticeLease is the lease of a worker with the lost capability.
