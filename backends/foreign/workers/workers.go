@@ -28,7 +28,7 @@ import (
 	"time"
 )
 
-//go:embed python/*.py node/*.js node/package.json node/package-lock.json
+//go:embed python/*.py node/*.js node/package.json node/package-lock.json java/classpath java/src
 var files embed.FS
 
 // Python is the interpreter of the Python workers: Debian's, which
