@@ -162,22 +162,24 @@ func (c *checker) run(start func(ctx context.Context, client int) (*Locker, erro
 			c.ok("B continued: no lost notice within %v (the library may tell only later)", 2*a.Expiry()+time.Second)
 		}
 	}
+	t = time.Now()
 	if err := c.release(b1, "B (stale)", false); err != nil {
 		return err
 	}
+	stale := time.Since(t).Round(time.Millisecond)
 	if n, ok := a2.(backends.LossNotifier); ok && closed(n.Lost()) {
 		// Not the worker's fault: the library gave up a lock it granted.
-		c.ok("B's stale release: release_ok, held false; A's lease was lost meanwhile (%q), so whether A still holds the lock is not checked", leaseOf(a2).lostText)
+		c.ok("B's stale release in %v: release_ok, held false; A's lease was lost meanwhile (%q), so whether A still holds the lock is not checked", stale, leaseOf(a2).lostText)
 		return c.end(a, b, nil)
 	}
 	if err := c.mustWait(b, "B"); err != nil {
 		if n, ok := a2.(backends.LossNotifier); ok && closed(n.Lost()) {
-			c.ok("B's stale release: release_ok, held false; A's lease was lost meanwhile (%q), so whether A still holds the lock is not checked", leaseOf(a2).lostText)
+			c.ok("B's stale release in %v: release_ok, held false; A's lease was lost meanwhile (%q), so whether A still holds the lock is not checked", stale, leaseOf(a2).lostText)
 			return c.end(a, b, nil)
 		}
 		return fmt.Errorf("after B's stale release: %w", err)
 	}
-	c.ok("B's stale release: release_ok, held false, and A still holds the lock")
+	c.ok("B's stale release in %v: release_ok, held false, and A still holds the lock", stale)
 	if err := c.release(a2, "A", true); err != nil {
 		return err
 	}
