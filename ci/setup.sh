@@ -6,7 +6,8 @@
 #   ci/setup.sh [--list | --dry-run] [SERVICE...]
 #
 # SERVICE is a service of suite/local's table (local.Services(); the
-# TestSetupServices test checks that the names agree), or "tests" for what
+# TestSetupServices test checks that the names agree), a lock library of
+# another language (local.Languages, or "languages" for all), or "tests" for what
 # locksuite's own tests need besides the servers. With none, it installs
 # everything (all services and "tests"). A lock library's CI names the
 # services it runs: `ci/setup.sh redis` installs redis-server and
@@ -65,6 +66,19 @@
 #                   redis-server (apt), with an append-only file, for the
 #                   crash scenarios
 #   nats-kv-sync    nothing: the embedded nats-server, syncing every write
+#   redis-py, kazoo, redlock-js, redis-semaphore, curator, languages
+#                   the lock libraries of other languages (suite/local's
+#                   Languages; "languages" is all of them), each with its
+#                   service's server: redis-py Debian's python3-redis and
+#                   kazoo python3-kazoo, both for /usr/bin/python3 (apt);
+#                   redlock-js and redis-semaphore Node and npm (apt nodejs
+#                   npm where node is missing: Node 20 from nodesource or
+#                   Debian's 18), the npm packages themselves installed by
+#                   the suite with `npm ci` from the committed
+#                   package-lock.json the first time a worker starts, into
+#                   ${XDG_CACHE_HOME:-~/.cache}/locksuite/workers; curator
+#                   Debian's Curator jars (apt libcurator-recipes-java) and
+#                   a JDK 17 (apt openjdk-17-jdk-headless) for javac
 #   tests           chromium (apt), for the test that opens the HTML
 #                   timelines headless, and docker-compose (apt), only to
 #                   validate docker-compose.yml (no engine)
@@ -84,7 +98,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # services is every name plan knows, in suite/local's table order, then
 # tests.
-services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync pgbouncer pgbouncer-session kube-cluster tests"
+services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync pgbouncer pgbouncer-session kube-cluster redis-py kazoo redlock-js redis-semaphore curator languages tests"
 
 # plan SERVICE prints what SERVICE needs, one "apt PACKAGE" or "build
 # BINARY" line each; it fails for an unknown SERVICE. A new service adds
@@ -104,6 +118,11 @@ plan() {
       echo "apt containerd"; echo "apt runc"; echo "apt containernetworking-plugins"; echo "apt iptables"
       for c in $kube_components; do echo "build $c"; done ;;
     etcd | etcd-cluster | nats | nats-cluster | nats-kv-sync) ;; # embedded
+    redis-py) echo "apt redis-server"; echo "apt python3-redis" ;;
+    kazoo) echo "apt zookeeper"; echo "apt python3-kazoo" ;;
+    redlock-js | redis-semaphore) echo "apt redis-server"; echo "apt nodejs"; echo "apt npm" ;;
+    curator) echo "apt zookeeper"; echo "apt openjdk-17-jdk-headless"; echo "apt libcurator-recipes-java" ;;
+    languages) for l in redis-py kazoo redlock-js redis-semaphore curator; do plan "$l"; done ;;
     tests) echo "apt chromium"; echo "apt docker-compose" ;;
     *) return 1 ;;
   esac
@@ -126,6 +145,12 @@ have() {
     docker-compose) command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 ;;
     containerd | runc | iptables) command -v "$1" >/dev/null ;;
     containernetworking-plugins) [ -x /usr/lib/cni/bridge ] || [ -x /opt/cni/bin/bridge ] ;;
+    python3-redis) /usr/bin/python3 -c 'import redis' 2>/dev/null ;;
+    python3-kazoo) /usr/bin/python3 -c 'import kazoo' 2>/dev/null ;;
+    nodejs) command -v node >/dev/null ;;
+    npm) command -v npm >/dev/null ;;
+    openjdk-17-jdk-headless) command -v javac >/dev/null ;;
+    libcurator-recipes-java) [ -f /usr/share/java/curator-recipes.jar ] ;;
     *) return 1 ;;
   esac
 }

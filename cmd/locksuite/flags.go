@@ -33,10 +33,15 @@ type options struct {
 	clients   int
 	log       string
 
-	artifacts     string
-	keepBroken    string
-	progress      string
-	set           [][2]string // the flags given, as name and value, in order
+	artifacts  string
+	keepBroken string
+	progress   string
+	set        [][2]string // the flags given, as name and value, in order
+	// worker is --worker's command line (workerCommand), run on
+	// --service as the backend workerName (--worker-name).
+	worker        []string
+	service       string
+	workerName    string
 	store         string
 	interval      time.Duration
 	stallEvery    int
@@ -130,6 +135,9 @@ func parseRun(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.namespace, "namespace", "", "with --kubernetes: the `NAMESPACE` of the pods (default: the kubeconfig context's, else default)")
 	fs.StringVar(&o.image, "image", "", "with --kubernetes: the locksuite `IMAGE` the pods run, of this binary's version (built from the repository's Dockerfile, or written with harness/kubeimage; default: none, --kubernetes needs it)")
 	fs.StringVar(&o.log, "log", "", "write the Ginkgo spec log to `FILE` (default: a temporary file, named at the end)")
+	workerCmd := fs.String("worker", "", "also run every scenario against a lock library of any language: its worker's `COMMAND` (run by /bin/sh, one process per client), speaking the worker protocol of docs/protocol.md; needs --service; with --worker alone, --backends defaults to none (default: no worker)")
+	fs.StringVar(&o.service, "service", "", "with --worker: the lock `SERVICE` the worker's lock runs on: "+strings.Join(local.WorkerServices(), ", ")+"; started here, or taken from its variable (REDIS_URL, ...)")
+	fs.StringVar(&o.workerName, "worker-name", "worker", "with --worker: the `NAME` its rows carry")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: locksuite run [flags]
 
@@ -182,6 +190,9 @@ Flags:
 	}
 	if strings.TrimSpace(*backends) == "all" {
 		o.backends = local.Names // clusters only when named
+	}
+	if err := parseWorker(&o, *workerCmd); err != nil {
+		return o, err
 	}
 	if o.scenarios, err = parseList("scenarios", *scenarios, suite.Order()); err != nil {
 		return o, err
@@ -275,4 +286,40 @@ func parseShard(s string, getenv func(string) string) (suite.Shard, error) {
 		return suite.Shard{}, fmt.Errorf("shard %q with %s=%s: the Job's index must be below N, its completions: %w", s, jobIndexEnv, v, err)
 	}
 	return sh, nil
+}
+
+// parseWorker checks --worker, --service and --worker-name. With --worker
+// and no --backends, no backend of the table runs.
+func parseWorker(o *options, cmd string) error {
+	given := func(n string) bool { return slices.ContainsFunc(o.set, func(f [2]string) bool { return f[0] == n }) }
+	switch {
+	case strings.TrimSpace(cmd) == "" && (given("service") || given("worker-name")):
+		return &usageError{"--service and --worker-name go with --worker: give --worker 'COMMAND' (docs/protocol.md)"}
+	case strings.TrimSpace(cmd) == "":
+		if given("worker") {
+			return &usageError{"--worker is empty: give the worker's command, such as --worker 'python3 my_worker.py'"}
+		}
+		return nil
+	case o.service == "":
+		return &usageError{"--worker needs --service: the lock service its lock runs on, one of " + strings.Join(local.WorkerServices(), ", ")}
+	case !slices.Contains(local.WorkerServices(), o.service):
+		return &usageError{fmt.Sprintf("--service %q: choose one of %s", o.service, strings.Join(local.WorkerServices(), ", "))}
+	case o.workerName == "" || slices.Contains(local.Backends(), o.workerName):
+		return &usageError{fmt.Sprintf("--worker-name %q: give a name that is not a backend's", o.workerName)}
+	}
+	o.worker = workerCommand([]string{cmd})
+	if !given("backends") {
+		o.backends = nil
+	}
+	return nil
+}
+
+// workerCommand is the command line of a worker: one argument is a
+// command for /bin/sh (exec'd, so that the worker is the process the suite
+// started), several are the program and its arguments.
+func workerCommand(args []string) []string {
+	if len(args) == 1 {
+		return []string{"/bin/sh", "-c", "exec " + args[0]}
+	}
+	return args
 }

@@ -45,7 +45,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "run", "sweep", "diff", "merge", "bench":
+	case "run", "sweep", "diff", "merge", "bench", "check-worker":
 		var err error
 		switch args[0] {
 		case "run":
@@ -56,6 +56,8 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			err = merge(args[1:], stdout, stderr)
 		case "bench":
 			err = benchCmd(args[1:], stdout, stderr)
+		case "check-worker":
+			err = checkWorker(args[1:], stdout, stderr)
 		default:
 			err = diffCmd(args[1:], stdout, stderr)
 		}

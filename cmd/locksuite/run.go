@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/backends/foreign"
 	"github.com/locksuite/locksuite/harness/kuberun"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/worker"
@@ -61,12 +64,18 @@ func run(args []string, stdout, stderr io.Writer) error {
 		// coordinator's counter store: not a probe of every named server.
 		if name, _, ok := strings.Cut(spec.Target, "/fenced="); ok && slices.Contains(o.backends, name) {
 			o.backends = []string{name}
+		} else if ok && o.worker != nil && name == o.workerName {
+			o.backends = nil
 		}
 		if s := os.Getenv(workerStoreEnv); s != "" {
 			lopts = append(lopts, local.WithStore(s))
 		}
 	}
-	env, err := local.Start(ctx, o.backends, lopts...)
+	names := o.backends
+	if o.worker != nil {
+		names = append(slices.Clone(names), o.service)
+	}
+	env, err := local.Start(ctx, names, lopts...)
 	if err != nil {
 		return err
 	}
@@ -84,12 +93,43 @@ func run(args []string, stdout, stderr io.Writer) error {
 		libs[l[0]] = l[1]
 		fmt.Fprintf(stderr, "locksuite: %s runs %s\n", l[0], l[1])
 	}
+	var newWorker func(context.Context, suite.Client) (backends.Locker, error)
+	if o.worker != nil {
+		if newWorker, err = startWorker(ctx, env, o, libs, stderr); err != nil {
+			return err
+		}
+	}
 	res.libraries = env.Libraries()
+	if newWorker != nil {
+		res.libraries = append(res.libraries, [2]string{o.workerName, libs[o.workerName]})
+	}
 	var (
 		rows []report.Row // the backends that could not run
 		cfgs []suite.Config
 		prog *progress
 	)
+	// withRun is a backend's Config with run's flags, outputs and progress.
+	withRun := func(cfg suite.Config) suite.Config {
+		cfg = configure(cfg, o, art.dir)
+		cfg.WorkerEnv = append(cfg.WorkerEnv, workerStoreEnv+"="+env.Store)
+		if kube != nil {
+			cfg.WorkerStarter = kube
+		}
+		cfg.Report = func(r report.Row) { // from each spec, one after another
+			r.Library = libs[r.Backend]
+			res.add(r)
+			if prog != nil {
+				prog.end(r)
+			}
+		}
+		name := fmt.Sprintf("%s fencing=%s", cfg.Name, onOff(cfg.Fenced))
+		cfg.Progress = func(p report.Progress) { // from the runs, several at once
+			if prog != nil {
+				prog.update(name, p)
+			}
+		}
+		return cfg
+	}
 	for _, n := range o.backends {
 		if err := env.Unavailable[n]; err != nil {
 			fmt.Fprintf(stderr, "locksuite: %v\n", err)
@@ -105,25 +145,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 			continue
 		}
 		for _, f := range o.fencing {
-			cfg := configure(env.Config(n, f), o, art.dir)
-			cfg.WorkerEnv = append(cfg.WorkerEnv, workerStoreEnv+"="+env.Store)
-			if kube != nil {
-				cfg.WorkerStarter = kube
+			cfgs = append(cfgs, withRun(env.Config(n, f)))
+		}
+	}
+	if newWorker != nil {
+		for _, f := range o.fencing {
+			cfg, err := env.ConfigFor(o.workerName, o.service, f, newWorker)
+			if err != nil {
+				return err
 			}
-			cfg.Report = func(r report.Row) { // from each spec, one after another
-				r.Library = libs[r.Backend]
-				res.add(r)
-				if prog != nil {
-					prog.end(r)
-				}
-			}
-			name := fmt.Sprintf("%s fencing=%s", n, onOff(f))
-			cfg.Progress = func(p report.Progress) { // from the runs, several at once
-				if prog != nil {
-					prog.update(name, p)
-				}
-			}
-			cfgs = append(cfgs, cfg)
+			cfgs = append(cfgs, withRun(cfg))
 		}
 	}
 	if len(cfgs) == 0 {
@@ -315,3 +346,31 @@ var errFinding = errors.New("finding")
 // store its coordinator uses: the worker starts only its own backend, whose
 // default store may be another.
 const workerStoreEnv = "LOCKSUITE_CLI_STORE"
+
+// startWorker makes --worker's NewLocker and starts one client of it, for
+// what it says it is (libs[o.workerName]): a worker that cannot start, or
+// breaks the protocol at once, is a clear error here, before any scenario.
+func startWorker(ctx context.Context, env *local.Env, o options, libs map[string]string, stderr io.Writer) (func(context.Context, suite.Client) (backends.Locker, error), error) {
+	newLocker, err := env.Worker(o.workerName, o.service, o.worker)
+	if err != nil {
+		return nil, &usageError{err.Error()}
+	}
+	if _, isWorker, _ := worker.FromEnv(); isWorker {
+		return newLocker, nil
+	}
+	cfg, err := local.Defaults(o.service)
+	if err != nil {
+		return nil, err
+	}
+	override(&cfg.Lease, o.lease)
+	l, err := newLocker(ctx, suite.Client{Key: "locksuite-probe", Lease: cfg.Lease, Dial: (&net.Dialer{}).DialContext})
+	if err != nil {
+		return nil, fmt.Errorf("--worker: %w", err)
+	}
+	defer l.Close()
+	if f, ok := l.(interface{ Library() foreign.Library }); ok {
+		libs[o.workerName] = f.Library().String()
+		fmt.Fprintf(stderr, "locksuite: %s runs %s\n", o.workerName, libs[o.workerName])
+	}
+	return newLocker, nil
+}

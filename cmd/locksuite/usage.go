@@ -29,17 +29,20 @@ Usage:
   locksuite diff OLD NEW    what changed between two runs' --json rows (exit 1: kept → broken)
   locksuite merge A B ...   the matrix of a run split with --shard, from its shards' --json
   locksuite bench [flags]   latency, throughput, fairness and takeover time of each lock
+  locksuite check-worker --service S COMMAND...
+                            check a worker of a lock in any language (docs/protocol.md) in seconds
   locksuite help            show this text
 
 ` + wrap("Run 'locksuite run --help' or 'locksuite sweep --help' for their flags and defaults. By default, run runs every backend it can start or reach ("+
 		strings.Join(local.Names, ", ")+"), every scenario, with fencing off and on; it starts its own servers on free loopback ports unless "+
 		or(vars)+" name yours, and keeps the histories, timelines and servers' logs of broken runs in a directory it names. The lock libraries ("+
-		strings.Join(local.Libraries, ", ")+"), the clusters ("+strings.Join(local.Clusters, ", ")+") and "+strings.Join(local.WhenNamed, ", ")+" run when named.") + `
+		strings.Join(local.Libraries, ", ")+"), the clusters ("+strings.Join(local.Clusters, ", ")+") and "+strings.Join(local.WhenNamed, ", ")+" run when named, and so do the lock libraries of other languages ("+strings.Join(local.Languages, ", ")+"; languages).") + `
 
 Examples:
   locksuite run --backends etcd         every scenario on the embedded etcd (under a minute)
   locksuite run --scenarios deterministic-pause --repeat 20 --markdown r.md
   locksuite sweep --backend redis
+  locksuite run --worker 'python3 my_worker.py' --service redis   every scenario on your lock's worker
 
 Install: go install github.com/locksuite/locksuite/cmd/locksuite@latest
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,14 +50,44 @@ func newWorker(ctx context.Context, name, service string, cmd []string, dir stri
 	}
 	cfg := foreign.Config{Command: cmd, Dir: dir, Name: name, Client: cl.ID, Key: cl.Key, Lease: cl.Lease,
 		Service: service, Addrs: c.hostPorts(), Dial: cl.Dial, Username: c.user, Password: c.password}
-	switch {
-	case service == "redis" && strings.Contains(c.endpoint, "://"):
-		cfg.URL = strings.TrimSpace(c.endpoint)
-		cfg.Addrs = []string{redisService.hostPort(cfg.URL)}
-	case service == "redis":
-		cfg.URL = "redis://" + strings.TrimSpace(c.endpoint) + "/0"
-	}
+	cfg.URL, cfg.Addrs = workerURL(service, strings.TrimSpace(c.endpoint), cfg.Addrs)
 	return foreign.New(ctx, cfg)
+}
+
+// workerURL is the url and addrs of init (docs/protocol.md) for service at
+// endpoint, whose servers are hostPorts: a redis:// URL, a postgres:// URL
+// or MySQL DSN as given, http:// (etcd, consul) or nats:// URLs, a
+// ZooKeeper connect string.
+func workerURL(service, endpoint string, hostPorts []string) (string, []string) {
+	prefixed := func(scheme string) string {
+		var out []string
+		for _, a := range hostPorts {
+			out = append(out, scheme+a)
+		}
+		return strings.Join(out, ",")
+	}
+	switch service {
+	case "redis":
+		if strings.Contains(endpoint, "://") {
+			return endpoint, []string{redisService.hostPort(endpoint)}
+		}
+		return "redis://" + endpoint + "/0", hostPorts
+	case "postgres":
+		if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+			return endpoint, []string{u.Host}
+		}
+	case "mysql":
+		if _, rest, ok := strings.Cut(endpoint, "tcp("); ok {
+			if hp, _, ok := strings.Cut(rest, ")"); ok {
+				return endpoint, []string{hp}
+			}
+		}
+	case "etcd", "consul":
+		return prefixed("http://"), hostPorts
+	case "nats":
+		return prefixed("nats://"), hostPorts
+	}
+	return strings.Join(hostPorts, ","), hostPorts
 }
 
 // probeWorker prepares backend b's worker and completes one handshake with
@@ -77,4 +109,35 @@ func probeWorker(ctx context.Context, b backend, c *conn) (foreign.Library, erro
 	}
 	defer l.Close()
 	return l.Library(), nil
+}
+
+// WorkerServices are the services a worker of the user's may run on
+// (docs/protocol.md's init names them): the adapters' services.
+func WorkerServices() []string {
+	var out []string
+	for _, s := range servicesOf(Names) {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+// Worker returns the NewLocker of a worker of the user's: command, started
+// in this process's directory for each client, on service (one of
+// WorkerServices), which Start must have made Available; name is how rows
+// and errors name it. Each Locker is a *foreign.Locker.
+func (e *Env) Worker(name, service string, command []string) (func(ctx context.Context, cl suite.Client) (backends.Locker, error), error) {
+	s, ok := serviceOf(service)
+	if !ok || !slices.Contains(WorkerServices(), s.name) {
+		return nil, fmt.Errorf("--service %q: a worker runs on one of %s", service, strings.Join(WorkerServices(), ", "))
+	}
+	if !e.Available(s.name) {
+		if err := e.Unavailable[s.name]; err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("local: %s is not available: name it to Start", s.name)
+	}
+	c := e.conn(s.name)
+	return func(ctx context.Context, cl suite.Client) (backends.Locker, error) {
+		return newWorker(ctx, name, s.name, command, "", c, cl)
+	}, nil
 }

@@ -47,9 +47,15 @@ func TestSetupServices(t *testing.T) {
 	for _, s := range services() {
 		want = append(want, s.name)
 	}
-	want = append(want, "kube-cluster", "tests")
+	want = append(want, "kube-cluster")
+	want = append(append(want, Languages...), "languages", "tests")
 	if got := strings.Fields(line); !slices.Equal(got, want) {
-		t.Errorf("ci/setup.sh's services %q, the table's (and kube-cluster, tests) %q", got, want)
+		t.Errorf("ci/setup.sh's services %q, the table's (and kube-cluster, the languages, tests) %q", got, want)
+	}
+	for _, n := range Languages {
+		if _, err := setupScript(t, "--list", n); err != nil {
+			t.Errorf("ci/setup.sh --list %s: %v", n, err)
+		}
 	}
 	for _, s := range services() {
 		if _, err := setupScript(t, "--list", s.name); err != nil {
@@ -69,10 +75,14 @@ func TestSetupServices(t *testing.T) {
 		// took any, and PgBouncer since the poolers).
 		{nil, []string{"build consul", "apt postgresql-15", "apt redis-server", "apt faketime", "apt zookeeper", "apt mariadb-server",
 			"build kube-apiserver", "apt redis-sentinel", "apt pgbouncer", "apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
-			"build kubelet", "build kube-controller-manager", "build kube-scheduler", "apt chromium", "apt docker-compose"}},
+			"build kubelet", "build kube-controller-manager", "build kube-scheduler", "apt python3-redis", "apt python3-kazoo", "apt nodejs", "apt npm",
+			"apt openjdk-17-jdk-headless", "apt libcurator-recipes-java", "apt chromium", "apt docker-compose"}},
 		{[]string{"kube-cluster"}, []string{"apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
 			"build kube-apiserver", "build kubelet", "build kube-controller-manager", "build kube-scheduler"}},
 		{[]string{"pgbouncer-session"}, []string{"apt postgresql-15", "apt pgbouncer"}},
+		// A language's pieces only when it is named.
+		{[]string{"redis", "redis-py"}, []string{"apt redis-server", "apt faketime", "apt python3-redis"}},
+		{[]string{"curator"}, []string{"apt zookeeper", "apt openjdk-17-jdk-headless", "apt libcurator-recipes-java"}},
 	} {
 		out, err := setupScript(t, append([]string{"--list"}, tc.args...)...)
 		var got []string
