@@ -315,11 +315,14 @@ func parseWorker(o *options, cmd string) error {
 }
 
 // workerCommand is the command line of a worker: one argument is a
-// command for /bin/sh (exec'd, so that the worker is the process the suite
-// started), several are the program and its arguments.
+// command for /bin/sh (a simple command exec'd, so that the worker is the
+// process the suite started), several are the program and its arguments.
 func workerCommand(args []string) []string {
-	if len(args) == 1 {
-		return []string{"/bin/sh", "-c", "exec " + args[0]}
+	if len(args) > 1 {
+		return args
 	}
-	return args
+	if strings.ContainsAny(args[0], ";&|<>()`\n") {
+		return []string{"/bin/sh", "-c", args[0]}
+	}
+	return []string{"/bin/sh", "-c", "exec " + args[0]}
 }

@@ -210,7 +210,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	for _, u := range out.Unregistered {
 		fmt.Fprintf(stderr, "locksuite: %s\n", u)
 	}
-	rows = append(rows, out.Rows...)
+	for _, r := range out.Rows {
+		r.Library = libs[r.Backend]
+		rows = append(rows, r)
+	}
 	report.Sort(rows, suite.Order()...)
 	art.finish(rows, env, specLog, stderr, ctx.Err() != nil)
 	if err := res.finish(rows, cutShort(ctx, rows, res.planned), ctx.Err() == nil && len(findings(rows)) == 0, specLog, stdout); err != nil && ctx.Err() == nil {

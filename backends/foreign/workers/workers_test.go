@@ -3,6 +3,8 @@ package workers
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -66,4 +68,50 @@ func startService(t *testing.T, ctx context.Context, service string) string {
 	}
 	t.Cleanup(func() { _ = s.Stop() })
 	return s.Endpoint()
+}
+
+// TestYourLockWorker runs the whole redis-py worker of docs/your-lock.md,
+// with the Python helper beside it, through foreign.Check.
+func TestYourLockWorker(t *testing.T) {
+	w, _ := Lookup("redis-py")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := w.Prepare(ctx)
+	var m *Missing
+	if errors.As(err, &m) {
+		t.Skip(m)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../../docs/your-lock.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- snippet: worker, run by TestYourLockWorker")
+	_, rest, ok2 := strings.Cut(rest, "```python\n")
+	code, _, ok3 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/your-lock.md has no worker block after its snippet mark")
+	}
+	dir := t.TempDir()
+	helper, err := os.ReadFile(filepath.Join(p.Dir, "locksuite_worker.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"my_worker.py": []byte(code), "locksuite_worker.py": helper} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := startService(t, ctx, "redis")
+	var out strings.Builder
+	err = foreign.Check(ctx, func(ctx context.Context, n int) (*foreign.Locker, error) {
+		return foreign.New(ctx, foreign.Config{Command: []string{Python, "-B", "my_worker.py"}, Dir: dir, Client: n,
+			Key: "locksuite-your-lock", Lease: time.Second, Service: "redis", Addrs: []string{addr}, URL: "redis://" + addr + "/0"})
+	}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
 }

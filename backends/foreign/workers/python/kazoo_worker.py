@@ -29,8 +29,9 @@ class Kazoo(lw.Worker):
         auth = [("digest", "%s:%s" % (msg["username"], msg["password"]))] if msg["username"] else None
         self.zk = KazooClient(hosts=msg["url"], timeout=msg["lease_ms"] / 1000, auth_data=auth,
                               connection_retry=KazooRetry(max_tries=-1, max_delay=0.2),
-                              command_retry=KazooRetry(max_tries=3, max_delay=0.2))
+                              command_retry=KazooRetry(max_tries=-1, max_delay=0.2, deadline=1.5))
         self.held, self.n = None, 0  # (lease, lock) while a lease is held
+        self.expired = None  # the lease whose session kazoo reported LOST
         self.zk.add_listener(self.on_state)
         self.zk.start(timeout=10)
         # The server expires a session on the first tick after its timeout:
@@ -41,6 +42,8 @@ class Kazoo(lw.Worker):
         # kazoo's documented advice: SUSPENDED means the lock may be lost,
         # LOST that it is.
         held = self.held
+        if held and state == KazooState.LOST:
+            self.expired = held[0]  # and with the session, its ephemeral node
         if held and state in (KazooState.SUSPENDED, KazooState.LOST):
             self.lost(held[0], "kazoo: connection state " + state)
 
@@ -66,7 +69,8 @@ class Kazoo(lw.Worker):
         try:
             # The node is gone if the session expired meanwhile: then the
             # lock was no longer this lease's, whatever kazoo believes.
-            mine = self.zk.exists(self.path + "/" + lock.node) is not None
+            # (retried while kazoo reconnects, as its Lock.release is)
+            mine = self.expired != lease and self.zk.retry(self.zk.exists, self.path + "/" + lock.node) is not None
             lock.release()
         except SessionExpiredError:
             mine = False  # and with the session, its ephemeral node
