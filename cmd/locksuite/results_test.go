@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,7 +58,7 @@ func TestEnvironmentCoversTheTable(t *testing.T) {
 				t.Errorf("%s: no %q in the report: %v", b, s.Name+" server", env)
 			}
 			mods := local.ClientModules([]string{b})
-			if len(mods) == 0 {
+			if len(mods) == 0 && !slices.Contains(local.Languages, b) { // a worker reports its library itself
 				t.Errorf("%s: no client module", b)
 			}
 			for _, m := range mods {

@@ -1,12 +1,12 @@
 'use strict';
-// npm redis-semaphore's Mutex on one Redis server, as it ships: a key
-// "mutex:" + key set with PX lockTimeout, refreshed every 0.8 × lockTimeout
-// while held, and onLockLost called when a refresh finds it gone. It gives
-// no fencing token.
+// npm redis-semaphore's Mutex on one Redis server, as it ships: the key
+// "mutex:" + key (the library's prefix), set with PX lockTimeout, refreshed
+// every 0.8 × lockTimeout while held, and onLockLost called when a refresh
+// finds it gone. It has no fencing token.
 const Redis = require('ioredis');
 const { Mutex, TimeoutError } = require('redis-semaphore');
-const { run, WorkerError } = require('./locksuite-worker');
-const version = require('./version');
+const { delIfEqualLua } = require('redis-semaphore/lib/mutex/release');
+const { run, version, WorkerError } = require('./locksuite-worker');
 
 let redis, key, leaseMs, lost;
 let held = null; // { lease, mutex }
@@ -15,19 +15,22 @@ let n = 0;
 run({
   library: 'redis-semaphore',
   version: version('redis-semaphore'),
-  capabilities: ['ttl', 'lost'],
+  capabilities: ['ttl', 'lost', 'cleanup'],
   async init(msg, lostFn) {
     ({ key, lease_ms: leaseMs } = msg);
     lost = lostFn;
+    // Short timeouts: a cut or blackholed connection fails its command
+    // instead of hanging the worker; it reconnects when the path is back.
     redis = new Redis(msg.url, { username: msg.username || undefined, password: msg.password || undefined,
-      maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 1000 });
+      maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 1000,
+      retryStrategy: (times) => Math.min(times * 50, 500) });
     redis.on('error', (e) => console.error('ioredis:', e.message));
     return { ttl_ms: leaseMs, expiry_ms: leaseMs }; // Redis frees a PX key on time
   },
   async acquire(timeoutMs) {
     const lease = `m${++n}`;
     const mutex = new Mutex(redis, key, { lockTimeout: leaseMs, acquireTimeout: timeoutMs,
-      onLockLost: (e) => lost(lease, `redis-semaphore: ${e.message}`) });
+      onLockLost: (e) => { if (held && held.lease === lease) lost(lease, `redis-semaphore: ${e.message}`); } });
     try {
       await mutex.acquire();
     } catch (e) {
@@ -40,17 +43,22 @@ run({
   async release(lease) {
     if (!held || held.lease !== lease) return false; // released before
     const { mutex } = held;
-    // Its release is a compare-and-delete that does not say whether it
-    // deleted: whether the key was still this mutex's is read just before.
-    let mine;
+    // mutex.release() runs delIfEqualLua, a compare-and-delete that returns
+    // whether it deleted, but drops that answer: the worker stops the
+    // refresh as release() does and runs the same script itself.
+    mutex.stopRefresh();
+    let deleted;
     try {
-      mine = (await redis.get(`mutex:${key}`)) === mutex.identifier;
-      await mutex.release();
+      deleted = Number(await delIfEqualLua(redis, [`mutex:${key}`, mutex.identifier])) === 1;
     } catch (e) {
       throw new WorkerError('unavailable', `redis-semaphore: ${e.message}`);
+    } finally {
+      held = null;
     }
-    held = null;
-    return mine;
+    return deleted;
+  },
+  async cleanup() {
+    // Nothing to remove: the Mutex keeps only its key, which release deletes.
   },
   async close() {
     if (held) await held.mutex.release().catch(() => {});

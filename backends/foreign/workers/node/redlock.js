@@ -1,71 +1,109 @@
 'use strict';
-// npm redlock 5 on one Redis server, as its users run it: redlock.using(),
-// which extends the lock automatically while the routine runs and aborts
-// its signal when an extension fails. redlock gives no fencing token.
+// npm redlock 5 on one Redis server, as its users run it: using(), which
+// extends the lock automatically while its routine runs and aborts the
+// routine's signal when an extension fails. redlock has no fencing token.
 const Redis = require('ioredis');
-const { default: Redlock, ExecutionError } = require('redlock');
-const { run, WorkerError } = require('./locksuite-worker');
-const version = require('./version');
+const { default: Redlock, ExecutionError, ResourceLockedError } = require('redlock');
+const { run, version, WorkerError } = require('./locksuite-worker');
 
 let redis, redlock, key, leaseMs, lost;
-let held = null; // the lease in its using() routine: { lease, signal, finish, done }
+let held = null; // the lease whose using() routine runs: { lease, signal, finish, done }
 let n = 0;
+
+// holds learns from using()'s end whether its release deleted this lock's
+// key: an ExecutionError whose script ran and found another value (or
+// none) is a lock no longer held; one that never reached Redis is not.
+async function holds(done) {
+  try {
+    await done;
+    return true;
+  } catch (e) {
+    if (e instanceof ExecutionError) {
+      const stats = await Promise.all(e.attempts);
+      if (stats.some((s) => [...s.votesAgainst.values()].some((err) => err instanceof ResourceLockedError))) return false;
+    }
+    throw new WorkerError('unavailable', `redlock: ${e.message}`);
+  }
+}
 
 run({
   library: 'redlock',
   version: version('redlock'),
-  capabilities: ['ttl', 'lost'],
+  capabilities: ['ttl', 'lost', 'cleanup'],
   async init(msg, lostFn) {
     ({ key, lease_ms: leaseMs } = msg);
     lost = lostFn;
-    // commandTimeout: a blackholed connection fails its command instead of
-    // hanging the worker.
+    // Short timeouts: a cut or blackholed connection fails its command
+    // instead of hanging the worker; it reconnects when the path is back.
     redis = new Redis(msg.url, { username: msg.username || undefined, password: msg.password || undefined,
-      maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 1000 });
+      maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 1000,
+      retryStrategy: (times) => Math.min(times * 50, 500) });
     redis.on('error', (e) => console.error('ioredis:', e.message));
-    // The extension threshold: redlock's default (500 ms before expiry)
-    // where the lease allows it, else the largest using() accepts.
-    redlock = new Redlock([redis], { automaticExtensionThreshold: Math.min(500, leaseMs - 100) });
-    redlock.on('error', (e) => console.error('redlock:', e.message));
+    // Extend 500 ms before expiry (redlock's default) when the lease is long, halfway through a short one (using() wants lease - 100 ms at most); driftFactor and retries stay redlock's.
+    redlock = new Redlock([redis], { automaticExtensionThreshold: Math.min(500, Math.floor(leaseMs / 2)) });
+    redlock.on('error', (e) => { if (!(e instanceof ResourceLockedError)) console.error('redlock:', e.message); });
     return { ttl_ms: leaseMs, expiry_ms: leaseMs }; // Redis frees a PX key on time
   },
   acquire(timeoutMs) {
-    // Tries every 200 ms (redlock's retryDelay) until timeoutMs.
-    const settings = { retryCount: Math.floor(timeoutMs / 200) };
     const lease = `l${++n}`;
-    let finish;
-    const released = new Promise((r) => { finish = r; });
+    // Tries every 50 ± 10 ms, the last one starting before timeoutMs.
+    const settings = { retryDelay: 50, retryJitter: 10, retryCount: Math.max(0, Math.floor(timeoutMs / 60) - 1) };
     return new Promise((resolve, reject) => {
+      let state = 'trying'; // then 'held', or 'gave up'
+      const giveUp = (e) => {
+        if (state !== 'trying') return;
+        state = 'gave up';
+        reject(e);
+      };
+      // A try hung on a blackholed connection must not outlast timeoutMs.
+      const timer = setTimeout(() => giveUp(new WorkerError('timeout', `redlock: not acquired in ${timeoutMs} ms`)), timeoutMs);
       const done = redlock.using([key], leaseMs, settings, async (signal) => {
-        signal.addEventListener('abort', () => lost(lease, `redlock: ${signal.error && signal.error.message}`));
+        clearTimeout(timer);
+        if (state !== 'trying') return; // granted after the timeout reply: using() releases it now
+        state = 'held';
+        let finish;
+        const released = new Promise((r) => { finish = r; });
+        signal.addEventListener('abort', () => {
+          if (held && held.lease === lease) lost(lease, `redlock: ${signal.error ? signal.error.message : 'aborted'}`);
+          finish(); // as its users do: the routine stops once its signal aborts
+        });
         held = { lease, signal, finish, done };
         resolve({ lease, fence: 0 });
         await released;
       });
       done.catch((e) => {
-        if (held && held.lease === lease) return; // release() awaits it
+        clearTimeout(timer);
+        // Not acquired: redlock found it locked on every try, or could not ask.
         const code = e instanceof ExecutionError ? 'timeout' : 'unavailable';
-        reject(new WorkerError(code, `redlock: ${e.message}`));
+        giveUp(new WorkerError(code, `redlock: ${e.message}`));
       });
     });
   },
   async release(lease) {
     if (!held || held.lease !== lease) return false; // released before
     const { signal, finish, done } = held;
+    // Lost before this request: using() has ended and released on its own.
     const aborted = signal.aborted;
     finish();
     try {
-      await done; // using() releases when its routine ends
-      return !aborted;
+      const deleted = await holds(done);
+      return deleted && !aborted;
     } catch (e) {
-      return false; // its release found the key gone, or another's
+      if (aborted) return false;
+      throw e;
     } finally {
       held = null;
     }
   },
+  async cleanup() {
+    // Nothing to remove: redlock keeps only the key, which release deletes.
+  },
   async close() {
-    if (held) held.finish();
-    held = null;
+    if (held) {
+      held.finish();
+      await held.done.catch(() => {});
+      held = null;
+    }
     await redis.quit().catch(() => {});
   },
 });
