@@ -94,6 +94,7 @@ type Prepared struct {
 var (
 	mu       sync.Mutex
 	prepared = map[string]Prepared{} // by Lang, in this process
+	checked  = map[string]bool{}     // by Name: check passed in this process
 )
 
 // Prepare makes w ready to start and returns how to start it. The first
@@ -103,8 +104,11 @@ var (
 func (w Worker) Prepare(ctx context.Context) (Prepared, error) {
 	mu.Lock()
 	defer mu.Unlock()
-	if err := w.check(); err != nil {
-		return Prepared{}, err
+	if !checked[w.Name] { // once per process: an interpreter's start is 50 ms
+		if err := w.check(); err != nil {
+			return Prepared{}, err
+		}
+		checked[w.Name] = true
 	}
 	dir, ok := prepared[w.Lang]
 	if !ok {
