@@ -64,8 +64,10 @@ run({
         let finish;
         const released = new Promise((r) => { finish = r; });
         signal.addEventListener('abort', () => {
+          // The holder is told; the routine (the holder's section) ends when
+          // the holder releases, not here: ending it now would delete the key
+          // while the holder still works, which no user's routine does.
           if (held && held.lease === lease) lost(lease, `redlock: ${signal.error ? signal.error.message : 'aborted'}`);
-          finish(); // as its users do: the routine stops once its signal aborts
         });
         held = { lease, signal, finish, done };
         resolve({ lease, fence: 0 });
