@@ -146,9 +146,18 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestDriverKilled: a SIGKILL of the process that started a worker (and
+// TestDriverKilled: a SIGKILL or a SIGINT of the process that started a worker (and
 // stopped it) leaves no process of the worker's group: the reaper ends it.
 func TestDriverKilled(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) { driverKilled(t, sig) })
+	}
+}
+
+// driverKilled: a driver whose worker's group is stopped dies of sig (a
+// SIGINT ends a Go program that does not handle it, no deferred call
+// run); the worker's group is gone within 5 s.
+func driverKilled(t *testing.T, sig syscall.Signal) {
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
 	cmd.Env = append(os.Environ(), driverEnv+"=1")
 	out, err := cmd.StdoutPipe()
@@ -169,11 +178,11 @@ func TestDriverKilled(t *testing.T) {
 		t.Fatalf("driver said %q", line)
 	}
 	_ = syscall.Kill(-group, syscall.SIGSTOP) // a stopped worker, as a pause leaves it
-	_ = cmd.Process.Kill()
+	_ = cmd.Process.Signal(sig)
 	_ = cmd.Wait()
 	if left := groupLeft(group, 5*time.Second); left != "" {
 		_ = syscall.Kill(-group, syscall.SIGKILL)
-		t.Fatalf("process group %d still there 5 s after its driver's SIGKILL: %s", group, left)
+		t.Fatalf("process group %d still there 5 s after its driver's %v: %s", group, sig, left)
 	}
 }
 
