@@ -130,9 +130,17 @@ func TestLateReleaseClearsNextHolder(t *testing.T) {
 	// times out (RetryPeriod + 2 × RenewDeadline = 2.93 s after a's last
 	// renewal).
 	a, b, _ := stall(t, ctx, s, "late", ttl, 100*time.Millisecond, p)
+	// b may lead from LeaseDuration − 1 s after a's last renewal on, before
+	// a gives up renewing (RetryPeriod + RenewDeadline after it) and sends
+	// its release read: a thaw then would let a read b's record while still
+	// renewing, and its release would touch nothing. So the path thaws once
+	// that read is held on it, well before it times out (another
+	// RenewDeadline later).
+	last := a.lock.renewed().RenewTime.Time
+	time.Sleep(time.Until(last.Add(a.l.retry + a.l.renew + 300*time.Millisecond)))
 	select {
 	case <-a.Lost():
-		t.Fatal("a's release timed out before b led: the race this test needs did not happen")
+		t.Fatal("a's release timed out before the thaw: the race this test needs did not happen")
 	default:
 	}
 	p.Thaw()

@@ -26,11 +26,14 @@ func TestWorkerFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	jsonPath := filepath.Join(t.TempDir(), "r.json")
+	// A process of its own: Ginkgo runs its specs once per process.
 	var out, errb bytes.Buffer
-	code := cli([]string{"run", "--worker", "/usr/bin/python3 " + worker, "--service", "zookeeper", "--worker-name", "kazoo-semaphore",
-		"--scenarios", "baseline,deterministic-pause", "--json", jsonPath, "--progress", "off", "--keep-broken", "off"}, &out, &errb)
-	if code != 0 {
-		t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	cmd := exec.Command(os.Args[0], "run", "--worker", "/usr/bin/python3 "+worker, "--service", "zookeeper", "--worker-name", "kazoo-semaphore",
+		"--scenarios", "baseline,deterministic-pause", "--json", jsonPath, "--progress", "off", "--keep-broken", "off")
+	cmd.Env = append(os.Environ(), "LOCKSUITE_TEST_AS_CLI=1", "TMPDIR="+t.TempDir())
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v, want exit 0\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
 	var rows []report.Row
 	b, _ := os.ReadFile(jsonPath)

@@ -9,6 +9,7 @@ import sys
 import kazoo.version
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, SessionExpiredError
+from kazoo.retry import KazooRetry
 
 zk = sem = path = None
 n = 0
@@ -29,7 +30,10 @@ for line in sys.stdin:
                 reply(msg, type="error", code="unsupported", definite=True, text="protocol 1 only")
                 continue
             path = "/" + msg["key"]
-            zk = KazooClient(hosts=msg["url"], timeout=msg["lease_ms"] / 1000)
+            # Commands retried while the client reconnects (after a pause
+            # past the session, it must learn the session expired first).
+            zk = KazooClient(hosts=msg["url"], timeout=msg["lease_ms"] / 1000,
+                             command_retry=KazooRetry(max_tries=-1, max_delay=0.2, deadline=3))
             zk.start(timeout=10)
             reply(msg, type="init_ok", library="kazoo Semaphore", version=kazoo.version.__version__,
                   runtime="CPython " + sys.version.split()[0], capabilities=["ttl"],
@@ -46,7 +50,7 @@ for line in sys.stdin:
             held = False
             if sem is not None and msg["lease"] == "s%d" % n:
                 try:  # an expired session took its node with it
-                    held = zk.exists(sem.create_path) is not None
+                    held = zk.retry(zk.exists, sem.create_path) is not None
                     sem.release()
                 except SessionExpiredError:
                     pass
