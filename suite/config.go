@@ -199,9 +199,12 @@ type Config struct {
 	// timeline (report.WriteHTML). Row.Artifacts names them. Default empty:
 	// none kept.
 	Artifacts string
-	// Report, if not nil, is called with every result, including skipped
-	// ones. Results are also attached to the Ginkgo report as entries named
-	// "locksuite".
+	// Report, if not nil, is called once with every result, including
+	// skipped ones, as soon as it is known: when its run ends (runs go
+	// ahead of their specs under Execute's Parallel), from the goroutine
+	// that ran it, so possibly from several goroutines at once, and with
+	// Parallel 1 as its spec ends. Results are also attached to the Ginkgo
+	// report as entries named "locksuite".
 	Report func(report.Row)
 	// Progress, if not nil, is called when a scenario run has set up and
 	// starts its clients, then every second until it ends, from another

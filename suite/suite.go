@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -206,12 +207,21 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 			want := sc.Expect(cfg)
 			labels := specLabels(sc)
 			var j *job
+			// reported: the job gave its row to Report as it ended (the CLI
+			// writes its outputs then, not when Ginkgo reaches the spec).
+			var reported atomic.Bool
 			if sched != nil {
 				j = sched.add(func(ctx context.Context) (report.Row, error) {
 					if err := frozen.Validate(); err != nil {
 						return report.Row{}, err // the spec's BeforeEach fails with it
 					}
-					return sc.timed(ctx, frozen, runID)
+					row, err := protect(ctx, func(ctx context.Context) (report.Row, error) { return sc.timed(ctx, frozen, runID) })
+					if frozen.Report != nil {
+						r, _ := settle(frozen, sc.Name, want, row, err, ctx.Err() != nil)
+						frozen.Report(r)
+					}
+					reported.Store(true)
+					return row, err
 				}, classOf(sc), footprintOf(sc, cfg), estimate(sc, cfg), []string{describe(cfg), sc.Text.For(want)}, slices.Concat(outer, labels))
 			}
 			It(sc.Text.For(want), Label(labels...), func(ctx SpecContext) {
@@ -222,24 +232,17 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 				} else {
 					row, err = sc.timed(ctx, c, runID)
 				}
-				if r, ok := skipped(c, sc.Name, err); ok {
-					publish(c, r)
-					Skip(r.Reason)
+				row, skip := settle(c, sc.Name, want, row, err, ctx.Err() != nil)
+				AddReportEntry("locksuite", row)
+				if c.Report != nil && (j == nil || !reported.Load()) {
+					c.Report(row)
+				}
+				if skip {
+					Skip(row.Reason)
 				}
 				if err != nil {
-					// No verdict: the row says why, so that a report (and
-					// the CLI's exit status) shows the run as unknown, not
-					// missing; one whose spec was interrupted says that.
-					err = explain(c, sc.Name, err)
-					if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-						err = fmt.Errorf("cut short before its verdict: the run was interrupted (%w)", err)
-					}
-					publish(c, report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: sc.Name, Verdict: report.Unknown,
-						Reason: err.Error(), LeaseMS: c.Lease.Milliseconds(), Expected: want.Verdict()})
-					Fail(err.Error())
+					Fail(row.Reason)
 				}
-				row.Expected = want.Verdict()
-				publish(c, row)
 				if row.Schedule != "" {
 					GinkgoWriter.Printf("seed %d, faults: %s; health: %s; %s\n", row.Seed, row.Schedule, row.Health, row.Reason)
 				}
@@ -304,9 +307,24 @@ func checkControl(row report.Row) {
 
 const specTimeout = 5 * 60e9 // 5 minutes: a bound for a hung server, not a target
 
-func publish(c Config, row report.Row) {
-	AddReportEntry("locksuite", row)
-	if c.Report != nil {
-		c.Report(row)
+// settle is the row a spec reports for its run's (row, err): the skip, with
+// skip true, of a scenario that does not apply; an unknown row saying why
+// (interrupted: the run was cut short) when the run ended without a
+// verdict; else row, with what the spec expects of it.
+func settle(c Config, scenario string, want Expectation, row report.Row, err error, interrupted bool) (report.Row, bool) {
+	if r, ok := skipped(c, scenario, err); ok {
+		return r, true
 	}
+	if err != nil {
+		// No verdict: the row says why, so that a report (and the CLI's
+		// exit status) shows the run as unknown, not missing.
+		err = explain(c, scenario, err)
+		if interrupted {
+			err = fmt.Errorf("cut short before its verdict: the run was interrupted (%w)", err)
+		}
+		return report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: scenario, Verdict: report.Unknown,
+			Reason: err.Error(), LeaseMS: c.Lease.Milliseconds(), Expected: want.Verdict()}, false
+	}
+	row.Expected = want.Verdict()
+	return row, false
 }

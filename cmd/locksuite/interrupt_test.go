@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,12 +63,13 @@ func TestInterruptLeavesNothing(t *testing.T) {
 // has begun the suite (its interrupt handler is then in place).
 func specsRunning(dir string) bool {
 	logs, _ := filepath.Glob(filepath.Join(dir, tempLogPrefix+"*", "spec.log"))
-	for _, l := range logs {
-		if b, err := os.ReadFile(l); err == nil && strings.Contains(string(b), "Running Suite") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(logs, suiteBegun)
+}
+
+// suiteBegun reports whether the spec log at path shows that Ginkgo has begun.
+func suiteBegun(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && strings.Contains(string(b), "Running Suite")
 }
 
 // stopped reports whether process pid is in state T (stopped).
@@ -85,7 +88,15 @@ type launched struct {
 	cmd      *exec.Cmd
 	tmp      string
 	children []int
+	mu       *sync.Mutex // guards log, which the stderr reader writes
 	log      *strings.Builder
+}
+
+// stderr is what the CLI has printed on stderr so far.
+func (l *launched) stderr() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.log.String()
 }
 
 // launch runs the CLI with args in a private TMPDIR and returns once its
@@ -107,11 +118,21 @@ func launch(t *testing.T, minChildren int, wantStopped bool, args ...string) *la
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
 	ready := make(chan struct{})
-	var log strings.Builder
+	var (
+		log strings.Builder
+		mu  sync.Mutex
+	)
+	text := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return log.String()
+	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			mu.Lock()
 			log.WriteString(sc.Text() + "\n")
+			mu.Unlock()
 			if strings.Contains(sc.Text(), "servers ready") {
 				close(ready)
 			}
@@ -120,12 +141,16 @@ func launch(t *testing.T, minChildren int, wantStopped bool, args ...string) *la
 	select {
 	case <-ready:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("servers not ready after 60s:\n%s", log.String())
+		t.Fatalf("servers not ready after 60s:\n%s", text())
 	}
 	// Wait for the moment to signal, polled rather than slept on: its
 	// servers up, the specs running, and for the pause case a worker
 	// stopped (state T).
 	var children []int
+	logged := "" // a spec log --log names
+	if i := slices.Index(args, "--log"); i >= 0 && i+1 < len(args) {
+		logged = args[i+1]
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		children = childPIDs(cmd.Process.Pid)
@@ -135,15 +160,15 @@ func launch(t *testing.T, minChildren int, wantStopped bool, args ...string) *la
 				n++
 			}
 		}
-		if len(children) >= minChildren && (!wantStopped || n > 0) && specsRunning(tmp) {
+		if len(children) >= minChildren && (!wantStopped || n > 0) && (specsRunning(tmp) || logged != "" && suiteBegun(logged)) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 20s: children %v (want at least %d), stopped %d (want some: %v)\n%s", children, minChildren, n, wantStopped, log.String())
+			t.Fatalf("after 20s: children %v (want at least %d), stopped %d (want some: %v)\n%s", children, minChildren, n, wantStopped, text())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return &launched{cmd: cmd, tmp: tmp, children: children, log: &log}
+	return &launched{cmd: cmd, tmp: tmp, children: children, mu: &mu, log: &log}
 }
 
 func interrupt(t *testing.T, minChildren int, wantStopped bool, args ...string) {

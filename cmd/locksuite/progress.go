@@ -27,8 +27,7 @@ type progress struct {
 
 	mu       sync.Mutex
 	began    time.Time // the whole run
-	done     int       // rows reported
-	finished int       // runs whose load is over (their rows may come later)
+	done     int       // rows reported (and written to the outputs before)
 	broken   int
 	lost     int64
 	findings int
@@ -93,10 +92,7 @@ func (p *progress) update(name string, r report.Progress) {
 	}
 	st := p.running[key]
 	if r.Done {
-		if st != nil {
-			delete(p.running, key)
-			p.finished++
-		}
+		delete(p.running, key)
 		return
 	}
 	if st == nil {
@@ -122,7 +118,7 @@ func (p *progress) line() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "locksuite: [%d/%d] ", min(max(p.done, p.finished)+1, p.total), p.total)
+	fmt.Fprintf(&b, "locksuite: [%d/%d] ", min(p.done+1, p.total), p.total)
 	// The run going longest, and how many besides.
 	var cur *running
 	for _, st := range p.running {

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
@@ -26,6 +27,7 @@ import (
 // once more, complete or marked cut short, and the artifacts directory's
 // index.html.
 type results struct {
+	mu      sync.Mutex // add comes from the runs, several at once
 	o       options
 	art     *artifacts
 	stderr  io.Writer
@@ -36,6 +38,7 @@ type results struct {
 	start     time.Time
 	env       [][2]string
 	failed    map[string]bool // outputs that failed once: said once
+	finished  bool            // finish wrote the last outputs: a late add writes none
 }
 
 func newResults(o options, art *artifacts, stderr io.Writer) *results {
@@ -46,14 +49,20 @@ func newResults(o options, art *artifacts, stderr io.Writer) *results {
 // then (backends that could not run): from here on they are this run's,
 // never an earlier run's left in the same files.
 func (s *results) begin(rows []report.Row) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.rows = slices.Clone(rows)
 	s.flush()
 }
 
 // add records one finished row and rewrites the outputs.
 func (s *results) add(r report.Row) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.rows = append(s.rows, r)
-	s.flush()
+	if !s.finished {
+		s.flush()
+	}
 }
 
 func (s *results) flush() {
@@ -96,6 +105,9 @@ func (s *results) write(rows []report.Row, status string) error {
 // It returns the failure to write an output, if any: the run's exit
 // status is then 2.
 func (s *results) finish(rows []report.Row, status string, passed bool, specLog string, stdout io.Writer) error {
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
 	for _, f := range []string{"json", "markdown", "html"} {
 		s.failed[f] = true // said once, below or by the caller
 	}

@@ -32,6 +32,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if _, isWorker, _ := worker.FromEnv(); isWorker {
+		// One process writes the outputs, the driver: a chaos worker hands
+		// it its events, never writes its files over the driver's.
+		o.json, o.markdown, o.html, o.junit = "", "", "", ""
+	}
 	o = withReportFiles(o)
 	if err := checkOutputs(outputsOf(o)); err != nil {
 		return err
@@ -115,7 +120,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if kube != nil {
 			cfg.WorkerStarter = kube
 		}
-		cfg.Report = func(r report.Row) { // from each spec, one after another
+		cfg.Report = func(r report.Row) { // as each run ends, several at once
 			r.Library = libs[r.Backend]
 			res.add(r)
 			if prog != nil {
