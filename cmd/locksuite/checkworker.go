@@ -35,6 +35,7 @@ func checkWorker(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "\nChecks a worker of the worker protocol (docs/protocol.md) in a few seconds: the handshake, an acquire and")
 		fmt.Fprintln(stderr, "a release, a second client's acquire timing out, a second release, the fence increasing, a stopped holder's")
 		fmt.Fprintln(stderr, "lease expiring and its stale release freeing nothing, cleanup and close. One COMMAND argument is run by /bin/sh.")
+		fmt.Fprintln(stderr, "The flags go before COMMAND: whatever follows it is the worker's own.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}

@@ -97,17 +97,18 @@ func diffCmd(args []string, stdout, stderr io.Writer) error {
 	md := fs.Bool("markdown", false, "print Markdown, for a pull-request comment (default: an aligned text table)")
 	all := fs.Bool("all", false, "list the unchanged rows too (default: the changes only)")
 	fs.Usage = func() { fmt.Fprint(stderr, diffUsage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
+	files, err := parseAll(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return &usageError{err.Error()}
 	}
-	if fs.NArg() != 2 {
-		return &usageError{fmt.Sprintf("diff takes two files, OLD.json and NEW.json (from locksuite run --json), got %d arguments (see locksuite diff --help)", fs.NArg())}
+	if len(files) != 2 {
+		return &usageError{fmt.Sprintf("diff takes two files, OLD.json and NEW.json (from locksuite run --json), got %d arguments (see locksuite diff --help)", len(files))}
 	}
 	var sides [2][]report.Row
-	for i, p := range fs.Args() {
+	for i, p := range files {
 		f, err := os.Open(p)
 		if err != nil {
 			return &usageError{fmt.Sprintf("%v: give the file locksuite run --json wrote", err)}
@@ -120,7 +121,7 @@ func diffCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	for o := range as {
 		if !hasBackend(sides[0], o) {
-			return &usageError{fmt.Sprintf("--as %s=%s: OLD (%s) has no backend %q: it has %s", o, as[o], fs.Arg(0), o, strings.Join(backendsOf(sides[0]), ","))}
+			return &usageError{fmt.Sprintf("--as %s=%s: OLD (%s) has no backend %q: it has %s", o, as[o], files[0], o, strings.Join(backendsOf(sides[0]), ","))}
 		}
 	}
 	changes, unchanged := compareAll(sides[0], sides[1], as)
@@ -132,7 +133,7 @@ func diffCmd(args []string, stdout, stderr io.Writer) error {
 		changes = slices.DeleteFunc(changes, func(c change) bool { return c.what == "" })
 	}
 	if *md {
-		writeDiffMarkdown(stdout, changes, unchanged, fs.Arg(0), fs.Arg(1))
+		writeDiffMarkdown(stdout, changes, unchanged, files[0], files[1])
 	} else {
 		writeDiffTable(stdout, changes, unchanged)
 	}

@@ -326,3 +326,24 @@ func workerCommand(args []string) []string {
 	}
 	return []string{"/bin/sh", "-c", "exec " + args[0]}
 }
+
+// parseAll parses fs's flags wherever they stand among args, before the
+// files or after them (locksuite merge a.json b.json --json m.json, the
+// order most people type), and returns the other arguments in order.
+// After "--" every argument is a file, even one that starts with "-".
+func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return files, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(files, rest...), nil
+		}
+		files, args = append(files, rest[0]), rest[1:]
+	}
+}

@@ -48,13 +48,14 @@ func merge(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, mergeUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	files, err := parseAll(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return &usageError{err.Error()}
 	}
-	if fs.NArg() == 0 {
+	if len(files) == 0 {
 		return &usageError{"merge: no file: give the --json of every shard (locksuite run --shard I/N --json FILE)"}
 	}
 	if err := checkOutputs([]output{{"json", o.json, false}, {"markdown", o.markdown, false}, {"html", o.html, false}}); err != nil {
@@ -63,7 +64,7 @@ func merge(args []string, stdout, stderr io.Writer) error {
 	var rows []report.Row
 	shards := map[string]string{} // shard: the file it came from
 	total, empty := 0, 0          // empty: files without rows (a shard can get no run)
-	paths, err := mergeFiles(fs.Args(), o.json)
+	paths, err := mergeFiles(files, o.json)
 	if err != nil {
 		return &usageError{"merge: " + err.Error()}
 	}
@@ -106,7 +107,7 @@ func merge(args []string, stdout, stderr io.Writer) error {
 		{"json", o.json, func(w io.Writer) error { return report.EncodeRows(w, rows) }},
 		{"markdown", o.markdown, func(w io.Writer) error { return writeMarkdown(w, rows, "") }},
 		{"html", o.html, func(w io.Writer) error {
-			return report.WriteReport(w, report.Report{Title: "locksuite merge: " + strings.Join(fs.Args(), ", "), Rows: rows,
+			return report.WriteReport(w, report.Report{Title: "locksuite merge: " + strings.Join(files, ", "), Rows: rows,
 				Env: [][2]string{{"shards", strings.Join(paths, ", ")}}, Base: filepath.Dir(o.html)})
 		}},
 	} {

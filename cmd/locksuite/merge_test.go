@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,8 +36,9 @@ func TestShardsMerge(t *testing.T) {
 			t.Fatalf("shard %d/2: exit %d\n%s\n%s", i, code, out, errs)
 		}
 	}
-	// Merged by name, then by their directory, merge's --json in it: the
-	// second merge must not read the first's --json as a shard.
+	// Merged by name, then by their directory, merge's --json in it (its
+	// flag after the files, as most people type it): the second merge must
+	// not read the first's --json as a shard.
 	var out, errb bytes.Buffer
 	if code := cli([]string{"merge", "--json", js("merged.json"), js("s1.json"), js("s2.json")}, &out, &errb); code != 0 {
 		t.Fatalf("merge: exit %d, want 0 as the whole run's\n%s\n%s", code, out.String(), errb.String())
@@ -49,7 +51,7 @@ func TestShardsMerge(t *testing.T) {
 		}
 	}
 	byDir := filepath.Join(shards, "merged.json")
-	if code := cli([]string{"merge", "--json", byDir, shards}, new(bytes.Buffer), &errb); code != 0 {
+	if code := cli([]string{"merge", shards, "--json", byDir}, new(bytes.Buffer), &errb); code != 0 {
 		t.Fatalf("merge %s: exit %d, want 0 as the whole run's\n%s", shards, code, errb.String())
 	}
 	for _, f := range []string{"s1.json", "s2.json"} {
@@ -216,5 +218,27 @@ func TestShardsWorkflowFlags(t *testing.T) {
 	}
 	if runs == 0 || merges == 0 {
 		t.Errorf("%d run and %d merge command lines found, want both", runs, merges)
+	}
+}
+
+// TestParseAll: the flags are read before the files and after them, and
+// after "--" every argument is a file.
+func TestParseAll(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		files string
+		json  string
+	}{
+		{[]string{"--json", "m.json", "a.json", "b.json"}, "a.json b.json", "m.json"},
+		{[]string{"a.json", "b.json", "--json", "m.json"}, "a.json b.json", "m.json"},
+		{[]string{"a.json", "--json", "m.json", "b.json"}, "a.json b.json", "m.json"},
+		{[]string{"a.json", "--", "--json", "b.json"}, "a.json --json b.json", ""},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		js := fs.String("json", "", "")
+		files, err := parseAll(fs, tc.args)
+		if err != nil || strings.Join(files, " ") != tc.files || *js != tc.json {
+			t.Errorf("parseAll(%q) = %q, --json %q, %v; want %q, --json %q", tc.args, files, *js, err, tc.files, tc.json)
+		}
 	}
 }
