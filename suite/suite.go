@@ -237,7 +237,7 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 				if c.Report != nil && (j == nil || !reported.Load()) {
 					c.Report(row)
 				}
-				if skip {
+				if skip || row.Verdict == report.Unknown && row.MachineStall != "" {
 					Skip(row.Reason)
 				}
 				if err != nil {
@@ -310,7 +310,9 @@ const specTimeout = 5 * 60e9 // 5 minutes: a bound for a hung server, not a targ
 // settle is the row a spec reports for its run's (row, err): the skip, with
 // skip true, of a scenario that does not apply; an unknown row saying why
 // (interrupted: the run was cut short) when the run ended without a
-// verdict; else row, with what the spec expects of it.
+// verdict; else row, with what the spec expects of it, unknown where the
+// machine's stalls explain the loss of a run unfenced that expected to keep
+// the invariant (Row.MachineStall; the spec then skips, saying so).
 func settle(c Config, scenario string, want Expectation, row report.Row, err error, interrupted bool) (report.Row, bool) {
 	if r, ok := skipped(c, scenario, err); ok {
 		return r, true
@@ -326,5 +328,10 @@ func settle(c Config, scenario string, want Expectation, row report.Row, err err
 			Reason: err.Error(), LeaseMS: c.Lease.Milliseconds(), Expected: want.Verdict()}, false
 	}
 	row.Expected = want.Verdict()
+	if row.MachineStall != "" && row.Verdict == report.Broken && want == Keeps && !c.Fenced {
+		// The machine, not the lock, lost the update: no verdict (a fenced
+		// run must keep it under any pause; an expected loss is broken).
+		row.Verdict, row.Reason = report.Unknown, row.MachineStall+" ("+row.Reason+")"
+	}
 	return row, false
 }

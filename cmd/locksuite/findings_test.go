@@ -26,11 +26,18 @@ func TestFindings(t *testing.T) {
 		row("etcd", true, suite.DeterministicPause, report.Skipped, report.Kept, ""),
 		row("etcd", true, suite.ServerStall, report.Broken, report.Measured, ""),
 	)
+	// The machine's doing: counted apart, no finding.
+	stall := row("redis", false, suite.ChaosNone, report.Unknown, report.Kept, "the machine stalled worker 1 ...")
+	stall.MachineStall = stall.Reason
+	rows = append(rows, stall)
 	want := []string{
 		"redis-sentinel fencing=true failover: broken in 3 of 4 runs, expected kept (the first: a)",
 		"etcd fencing=false deterministic-pause: unknown (timed out)",
 	}
 	if got := findings(rows); !slices.Equal(got, want) {
 		t.Errorf("findings:\n%q\nwant\n%q", got, want)
+	}
+	if n := stalled(rows); n != 1 {
+		t.Errorf("stalled: %d rows, want 1", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/machine"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite"
@@ -229,10 +230,51 @@ func (s *results) writeHTML(w io.Writer, rows []report.Row, status, base string)
 		env = append(env, [2]string{l[0] + " library", l[1]})
 	}
 	env = append(env, [2]string{"seeds", seeds(s.o, rows)})
+	if l := machineLoad(rows); l != "" {
+		env = append(env, [2]string{"machine load", l})
+	}
 	return report.WriteReport(w, report.Report{
 		Title: "locksuite run: " + strings.Join(s.o.backends, ", "), Status: status, Rows: rows, Env: env, Base: base,
 		Reproduce: func(r report.Row) string { return s.art.command(&r) },
 	})
+}
+
+// loaded is the CPU pressure above which machineLoad counts a row as run
+// on a loaded machine: some task waited for a CPU half of the time.
+const loaded = 0.5
+
+// machineLoad says how loaded the machine was over the rows' runs (their
+// CPU pressure), how many ran loaded, how many it made unknown and its
+// longest stall of a client outside every fault; "" when no row measured.
+func machineLoad(rows []report.Row) string {
+	var sum, top float64
+	n, over, unknown := 0, 0, 0
+	var worst report.Row
+	for _, r := range rows {
+		if r.Verdict == report.Skipped || r.CPUPressure == 0 && r.StallMS == 0 {
+			continue
+		}
+		n++
+		sum, top = sum+r.CPUPressure, max(top, r.CPUPressure)
+		if r.CPUPressure > loaded {
+			over++
+		}
+		if r.Verdict == report.Unknown && r.MachineStall != "" {
+			unknown++
+		}
+		if r.StallMS > worst.StallMS {
+			worst = r
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	out := fmt.Sprintf("CPU pressure %.0f%% on average over the runs, %.0f%% at most (%s); %d of %d runs above %.0f%%; %d unknown because the machine stalled a holder",
+		100*sum/float64(n), 100*top, machine.ReadPressure().Kind(), over, n, 100*loaded, unknown)
+	if worst.StallMS > 0 {
+		out += fmt.Sprintf("; the longest stall outside every fault: %d ms of %s (%s fencing=%s %s)", worst.StallMS, worst.StallOf, worst.Backend, onOff(worst.Fencing), worst.Scenario)
+	}
+	return out
 }
 
 func seeds(o options, rows []report.Row) string {

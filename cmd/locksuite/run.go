@@ -17,6 +17,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/foreign"
 	"github.com/locksuite/locksuite/harness/kuberun"
+	"github.com/locksuite/locksuite/harness/machine"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/tempdir"
@@ -192,6 +193,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		shard = " in shard " + o.shard.String()
 	}
 	fmt.Fprintf(stderr, "locksuite: %d scenario runs%s, up to %d at once (--parallel; chaos runs one per CPU, more while a CPU idles)\n", planned, shard, parallel)
+	if p := machine.Recent(); p > loaded {
+		fmt.Fprintf(stderr, "locksuite: the machine is loaded: CPU pressure %.0f%% over the last 10 s (some task waiting for a CPU): a holder it stalls past its lease makes its row unknown, not broken; fewer runs at once (--parallel 2) leave it more room\n", 100*p)
+	}
 	if o.progress != "off" {
 		every, _ := time.ParseDuration(o.progress)
 		if o.progress == "auto" {
@@ -227,6 +231,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted")
 	}
+	if l := machineLoad(rows); l != "" {
+		fmt.Fprintf(stderr, "locksuite: machine load: %s\n", l)
+	}
+	if n := stalled(rows); n > 0 {
+		fmt.Fprintf(stderr, "locksuite: %d of %d rows unknown: the machine stalled a holder past its lease with no fault to blame (their reasons say which, and for how long); no finding: rerun them with fewer runs at once (--parallel) or a longer --lease\n", n, len(rows))
+	}
 	if bad := findings(rows); len(bad) > 0 {
 		for _, b := range bad {
 			fmt.Fprintln(stderr, "locksuite: finding:", b)
@@ -261,12 +271,26 @@ func configure(cfg suite.Config, o options, artifacts string) suite.Config {
 // or none at all.
 func unexpected(r report.Row) bool {
 	switch {
+	case r.Verdict == report.Unknown && r.MachineStall != "":
+		return false // the machine's doing: said apart (stalled)
 	case r.Verdict == report.Unknown:
 		return true
 	case r.Verdict == report.Skipped || r.Expected != report.Kept && r.Expected != report.Broken:
 		return false
 	}
 	return r.Verdict != r.Expected
+}
+
+// stalled counts the rows unknown because the machine stalled a holder
+// (Row.MachineStall).
+func stalled(rows []report.Row) int {
+	n := 0
+	for _, r := range rows {
+		if r.Verdict == report.Unknown && r.MachineStall != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // findings lists results that make the exit status 1: a run whose verdict

@@ -107,6 +107,25 @@ type Row struct {
 	// lease to expire, a chaos run's seconds, a failover's recovery).
 	SetupMS   int64 `json:"setup_ms,omitempty"`
 	PlannedMS int64 `json:"planned_ms,omitempty"`
+	// StallMS is the longest the machine kept one of the run's client
+	// processes from running (its threads waiting for a CPU, or the
+	// process stopped), outside every fault the run injected, measured from
+	// outside it (harness/machine); StallAtMS is when that stall began,
+	// since the load began, and StallOf names the process ("worker 1").
+	// Zero where nothing was measured.
+	StallMS   int64  `json:"stall_ms,omitempty"`
+	StallAtMS int64  `json:"stall_at_ms,omitempty"`
+	StallOf   string `json:"stall_of,omitempty"`
+	// CPUPressure is how loaded the machine's CPUs were over the run,
+	// from 0 to 1: the share of the time some runnable task waited for a
+	// CPU (the kernel's PSI), else the load average beyond the CPUs
+	// against the CPUs.
+	CPUPressure float64 `json:"cpu_pressure,omitempty"`
+	// MachineStall, when not empty, says that stalls the machine made, not
+	// the lock, explain the run's lost updates (checker.MachineStalls),
+	// and what to do: a row unfenced that expected the invariant kept is
+	// then unknown, with this as its reason, and is no finding.
+	MachineStall string `json:"machine_stall,omitempty"`
 }
 
 // Progress is what a scenario run knows while it runs, for a progress

@@ -30,6 +30,7 @@ import (
 	"github.com/locksuite/locksuite/harness/checker"
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/history"
+	"github.com/locksuite/locksuite/harness/machine"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/traffic"
 )
@@ -175,6 +176,8 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 	}
 	fx.T0 = fx.Rec.Now()
 	setup, planned := time.Since(began), l.Planned(fx)
+	stalls, pressure := fx.watchStalls(), machine.ReadPressure()
+	defer stalls.Stop()
 
 	var out Outcome
 	done, played := make(chan struct{}), make(chan struct{})
@@ -217,6 +220,8 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 	if err := g.Wait(); err != nil {
 		return report.Row{}, err
 	}
+	stalls.Stop()
+	load := machine.ReadPressure().Since(pressure)
 	if err := restore(); err != nil {
 		return report.Row{}, err
 	}
@@ -235,6 +240,7 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 		}
 	}
 	row = fx.row(res, out.Elapsed)
+	fx.noteStalls(stalls, load, res, &row)
 	row.SetupMS, row.PlannedMS = setup.Milliseconds(), planned.Milliseconds()
 	if out.Row != nil {
 		out.Row(&row)
