@@ -128,6 +128,11 @@ func WriteHTML(w io.Writer, t Timeline) error {
 		struct{ Name, Value string }{"seed", seed},
 		struct{ Name, Value string }{"lease", fmt.Sprintf("%d ms", r.LeaseMS)},
 		struct{ Name, Value string }{"time", fmt.Sprintf("%d ms", r.DurationMS)})
+	if r.StallMS > 0 || r.CPUPressure > 0 {
+		figures = append(figures,
+			struct{ Name, Value string }{"longest stall", fmt.Sprintf("%d ms (%s, at %d ms)", r.StallMS, r.StallOf, r.StallAtMS)},
+			struct{ Name, Value string }{"CPU pressure", fmt.Sprintf("%.0f%%", 100*r.CPUPressure)})
+	}
 	return page.Execute(w, map[string]any{
 		"Title":   fmt.Sprintf("%s, %s, %s: %s", r.Backend, fencing, r.Scenario, r.Verdict),
 		"Figures": figures,

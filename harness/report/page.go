@@ -93,14 +93,20 @@ func WriteReport(w io.Writer, r Report) error {
 	}
 	type flat struct {
 		Row
-		Fence, Lease, Time, Seed, Repro string
-		Skip                            bool
+		Fence, Lease, Time, Seed, Repro, Machine string
+		Skip                                     bool
 	}
 	var rows []flat
 	for _, row := range r.Rows {
 		f := flat{Row: row, Skip: row.Verdict == Skipped, Fence: onOff(row.Fencing), Lease: fmt.Sprintf("%d ms", row.LeaseMS), Time: fmt.Sprintf("%d ms", row.DurationMS)}
 		if row.Seed != 0 {
 			f.Seed = fmt.Sprint(row.Seed)
+		}
+		if row.StallMS > 0 || row.CPUPressure > 0 {
+			f.Machine = fmt.Sprintf("CPU pressure %.0f%%", 100*row.CPUPressure)
+			if row.StallMS > 0 {
+				f.Machine += fmt.Sprintf("; stall %d ms (%s)", row.StallMS, row.StallOf)
+			}
 		}
 		if r.Reproduce != nil && row.Verdict != Skipped {
 			f.Repro = r.Reproduce(row)
@@ -229,8 +235,8 @@ table.rows td { font-size: 12px; } table.rows td.num { text-align: right; }
 {{end}}
 {{with .Bench}}{{template "bench" .}}{{end}}
 {{if .Rows}}<h2>Runs</h2>
-<table class="rows" id="rows"><tr><th>backend</th><th>fencing</th><th>scenario</th><th>verdict</th><th>expected</th><th>writes</th><th>counter</th><th>lost</th><th>overlaps</th><th>rejected</th><th>lease</th><th>time</th><th>seed</th><th>reason</th><th>reproduce</th></tr>
-{{range .Rows}}<tr><td>{{.Backend}}</td><td>{{.Fence}}</td><td>{{.Scenario}}</td><td class="v-{{.Verdict}}">{{.Verdict}}</td><td>{{.Expected}}</td>{{if .Skip}}<td colspan="8"></td>{{else}}<td class="num">{{.Writes}}</td><td class="num">{{.Counter}}</td><td class="num">{{.Lost}}</td><td class="num">{{.Overlaps}}</td><td class="num">{{.Rejected}}</td><td class="num">{{.Lease}}</td><td class="num">{{.Time}}</td><td>{{.Seed}}</td>{{end}}<td>{{.Reason}}</td><td>{{if .Repro}}<code>{{.Repro}}</code>{{end}}</td></tr>
+<table class="rows" id="rows"><tr><th>backend</th><th>fencing</th><th>scenario</th><th>verdict</th><th>expected</th><th>writes</th><th>counter</th><th>lost</th><th>overlaps</th><th>rejected</th><th>lease</th><th>time</th><th>seed</th><th>machine</th><th>reason</th><th>reproduce</th></tr>
+{{range .Rows}}<tr><td>{{.Backend}}</td><td>{{.Fence}}</td><td>{{.Scenario}}</td><td class="v-{{.Verdict}}">{{.Verdict}}</td><td>{{.Expected}}</td>{{if .Skip}}<td colspan="9"></td>{{else}}<td class="num">{{.Writes}}</td><td class="num">{{.Counter}}</td><td class="num">{{.Lost}}</td><td class="num">{{.Overlaps}}</td><td class="num">{{.Rejected}}</td><td class="num">{{.Lease}}</td><td class="num">{{.Time}}</td><td>{{.Seed}}</td><td>{{.Machine}}</td>{{end}}<td>{{.Reason}}</td><td>{{if .Repro}}<code>{{.Repro}}</code>{{end}}</td></tr>
 {{end}}</table>{{end}}
 {{if .Env}}<h2>Environment</h2>
 <table id="env">{{range .Env}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>{{end}}
