@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -32,6 +33,32 @@ func TestSettleMachineStall(t *testing.T) {
 		}
 		if r.Verdict == report.Unknown && !strings.HasPrefix(r.Reason, why) {
 			t.Errorf("%s: reason %q, want it to start with the stall", tc.name, r.Reason)
+		}
+	}
+}
+
+// TestSettleInterrupted: a run whose context ended before it returned is
+// unknown and says it was interrupted, whether it returned an error or a
+// row without a verdict (its final read cancelled); a skip stays a skip.
+func TestSettleInterrupted(t *testing.T) {
+	c := Config{Name: "etcd", Fenced: true}
+	for _, tc := range []struct {
+		name string
+		row  report.Row
+		err  error
+		want report.Verdict
+	}{
+		{"an error", report.Row{}, context.Canceled, report.Unknown},
+		{"a row without a verdict", report.Row{Verdict: report.Unknown, Reason: "reading the final counter: context canceled"}, nil, report.Unknown},
+		{"a verdict it reached as the interrupt came", report.Row{Verdict: report.Kept}, nil, report.Unknown},
+		{"a skip", report.Row{Verdict: report.Skipped, Reason: "not offered"}, nil, report.Skipped},
+	} {
+		r, _ := settle(c, "baseline", Keeps, tc.row, tc.err, true)
+		if r.Verdict != tc.want {
+			t.Errorf("%s: verdict %s, want %s", tc.name, r.Verdict, tc.want)
+		}
+		if tc.want == report.Unknown && !strings.Contains(r.Reason, "interrupted") {
+			t.Errorf("%s: reason %q does not say the run was interrupted", tc.name, r.Reason)
 		}
 	}
 }

@@ -317,6 +317,11 @@ func settle(c Config, scenario string, want Expectation, row report.Row, err err
 	if r, ok := skipped(c, scenario, err); ok {
 		return r, true
 	}
+	if interrupted && err == nil && row.Verdict != report.Skipped {
+		// The run returned with its context ended: whatever it found (most
+		// often no final counter) was cut short with it.
+		err = errors.New(cmp.Or(row.Reason, "it returned after its context ended"))
+	}
 	if err != nil {
 		// No verdict: the row says why, so that a report (and the CLI's
 		// exit status) shows the run as unknown, not missing.
