@@ -25,10 +25,11 @@
 #   postgres        PostgreSQL's server (apt postgresql-15, or postgresql
 #                   where the distribution has no 15); the harness makes a
 #                   throwaway cluster with initdb. The counter store too.
-#   pgbouncer, pgbouncer-session
+#   pgbouncer, pgbouncer-one, pgbouncer-session
 #                   PgBouncer (apt pgbouncer, 1.18 on Debian 12) and
 #                   PostgreSQL's server: the harness starts a pgbouncer in
-#                   transaction (or session) pooling in front of a
+#                   transaction pooling (pgbouncer-one: with one server
+#                   connection), or session pooling, in front of a
 #                   throwaway Postgres of its own
 #   mysql           MariaDB's server (apt mariadb-server, 10.11 on Debian
 #                   12), for GET_LOCK; the harness makes a throwaway server
@@ -98,7 +99,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # services is every name plan knows, in suite/local's table order, then
 # tests.
-services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync pgbouncer pgbouncer-session kube-cluster redis-py kazoo redlock-js redis-semaphore curator languages tests"
+services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync pgbouncer-one pgbouncer pgbouncer-session kube-cluster redis-py kazoo redlock-js redis-semaphore curator languages tests"
 
 # plan SERVICE prints what SERVICE needs, one "apt PACKAGE" or "build
 # BINARY" line each; it fails for an unknown SERVICE. A new service adds
@@ -109,7 +110,7 @@ plan() {
     redis-3 | redis-aof | redis-aof-always) echo "apt redis-server" ;;
     redis-sentinel) echo "apt redis-server"; echo "apt redis-sentinel" ;;
     postgres) echo "apt postgresql-15" ;;
-    pgbouncer | pgbouncer-session) echo "apt postgresql-15"; echo "apt pgbouncer" ;;
+    pgbouncer | pgbouncer-one | pgbouncer-session) echo "apt postgresql-15"; echo "apt pgbouncer" ;;
     mysql) echo "apt mariadb-server" ;;
     zookeeper | zookeeper-ensemble) echo "apt zookeeper" ;;
     consul | consul-cluster) echo "build consul" ;;

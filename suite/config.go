@@ -155,7 +155,8 @@ type Config struct {
 	// and not as a finding; the contract scenario measures it in every
 	// Config, fenced or not, with or without ExpectLoss (neither changes
 	// the Locker's contract); fenced, or without ExpectLoss, it changes
-	// nothing else. suite/local sets it for the backends through a transaction
+	// nothing else. A broken row's reason ends with it ("unsafe by design:
+	// …"). suite/local sets it for the backends through a transaction
 	// pooler. Read when GinkgoTest registers the specs. Default empty.
 	Unsafe string
 	// Clients is the number of concurrent clients in the baseline and the

@@ -62,3 +62,15 @@ func TestSettleInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleUnsafe: a broken row of a lock unsafe by design says why.
+func TestSettleUnsafe(t *testing.T) {
+	c := Config{Name: "postgres-pgbouncer", Unsafe: "the lock belongs to the server session"}
+	r, _ := settle(c, "baseline", Measures, report.Row{Verdict: report.Broken, Reason: "9 lost"}, nil, false)
+	if want := "9 lost; unsafe by design: the lock belongs to the server session"; r.Reason != want {
+		t.Errorf("reason %q, want %q", r.Reason, want)
+	}
+	if r, _ := settle(c, "baseline", Measures, report.Row{Verdict: report.Kept}, nil, false); r.Reason != "" {
+		t.Errorf("a kept row's reason %q, want none", r.Reason)
+	}
+}

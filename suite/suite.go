@@ -333,6 +333,9 @@ func settle(c Config, scenario string, want Expectation, row report.Row, err err
 			Reason: err.Error(), LeaseMS: c.Lease.Milliseconds(), Expected: want.Verdict()}, false
 	}
 	row.Expected = want.Verdict()
+	if row.Verdict == report.Broken && c.Unsafe != "" {
+		row.Reason += "; unsafe by design: " + c.Unsafe
+	}
 	if row.MachineStall != "" && row.Verdict == report.Broken && want == Keeps && !c.Fenced {
 		// The machine, not the lock, lost the update: no verdict (a fenced
 		// run must keep it under any pause; an expected loss is broken).

@@ -69,7 +69,16 @@ type Config struct {
 	Lease time.Duration
 	// Poll is the wait between tries while the lock is taken. Default 5ms.
 	Poll time.Duration
-	_    struct{}
+	// Pooler says that the connection string names a connection pooler
+	// (PgBouncer) in front of Postgres. A query whose context ends is then
+	// abandoned by closing its connection with no cancel request: pgx
+	// sends one whenever it closes a connection with a query in flight,
+	// and PgBouncer 1.18 exits on a cancel request that races the client's
+	// disconnect (pgbouncer#801, #822), taking every client's session and
+	// lock with it. The server learns that the query was abandoned when it
+	// next writes to the session. Default false: pgx's cancel request.
+	Pooler bool
+	_      struct{}
 }
 
 type locker struct {
@@ -92,7 +101,7 @@ func New(cfg Config) (backends.Locker, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Millisecond
 	}
-	cc, err := pgconf.Parse("pgxact", cfg.ConnString, cfg.Addr, cfg.Dial)
+	cc, err := pgconf.Parse("pgxact", cfg.ConnString, cfg.Addr, cfg.Dial, cfg.Pooler)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +124,7 @@ func (l *locker) session(ctx context.Context) (*pgx.Conn, error) {
 	if l.conn != nil && !l.conn.IsClosed() {
 		return l.conn, nil
 	}
-	c, err := pgx.ConnectConfig(ctx, l.cfg)
+	c, err := pgconf.Connect(ctx, l.cfg)
 	if err != nil {
 		return nil, err
 	}

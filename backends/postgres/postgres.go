@@ -71,7 +71,16 @@ type Config struct {
 	// Lease is the idle_session_timeout of the lock's session. Default
 	// 500ms; at least 1ms (the setting's resolution).
 	Lease time.Duration
-	_     struct{}
+	// Pooler says that the connection string names a connection pooler
+	// (PgBouncer) in front of Postgres. A query whose context ends is then
+	// abandoned by closing its connection with no cancel request: pgx
+	// sends one whenever it closes a connection with a query in flight,
+	// and PgBouncer 1.18 exits on a cancel request that races the client's
+	// disconnect (pgbouncer#801, #822), taking every client's session and
+	// lock with it. The server learns that the query was abandoned when it
+	// next writes to the session (a pg_advisory_lock still waiting runs on until it is granted, and then ends with its session). Default false: pgx's cancel request.
+	Pooler bool
+	_      struct{}
 }
 
 type locker struct {
@@ -92,7 +101,7 @@ func New(cfg Config) (backends.Locker, error) {
 	if err := adapt.Check("postgres", cfg.Key, "the lock key", &cfg.Lease, 500*time.Millisecond, time.Millisecond, "idle_session_timeout's 1ms resolution"); err != nil {
 		return nil, err
 	}
-	cc, err := pgconf.Parse("postgres", cfg.ConnString, cfg.Addr, cfg.Dial)
+	cc, err := pgconf.Parse("postgres", cfg.ConnString, cfg.Addr, cfg.Dial, cfg.Pooler)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +200,7 @@ func (l *locker) connect(ctx context.Context) (*pgx.Conn, error) {
 		}
 		c.Close(context.Background())
 	}
-	return pgx.ConnectConfig(ctx, l.cfg)
+	return pgconf.Connect(ctx, l.cfg)
 }
 
 // keep makes c, whose lock was just released, the spare session.
@@ -291,7 +300,7 @@ var _ backends.Cleaner = (*locker)(nil)
 // Cleanup drops the lock's fence sequence (and nothing else: the advisory
 // lock itself leaves no state).
 func (l *locker) Cleanup(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, l.cfg)
+	conn, err := pgconf.Connect(ctx, l.cfg)
 	if err != nil {
 		return fmt.Errorf("postgres: cleanup: %w", err)
 	}
@@ -308,16 +317,28 @@ var _ backends.Terminator = (*lease)(nil)
 // Terminate ends the session that granted the lock (its backend's pid, as
 // the server reported it) with pg_terminate_backend from a new connection
 // and waits (up to 5 s, the function's own timeout) until the server
-// process is gone, so that the lock is free when it returns.
+// process is gone, so that the lock is free when it returns. Through a
+// transaction pooler the new connection's statement can run on that very
+// session (PgBouncer with one server connection): it then ends itself,
+// and the server's reply, that it terminated the connection (57P01), is
+// the session's end. A session already gone (another client's shared
+// server session ended before) is ended: Terminate returns nil.
 func (s *lease) Terminate(ctx context.Context) error {
 	pid := s.pid
-	conn, err := pgx.ConnectConfig(ctx, s.l.cfg)
+	conn, err := pgconf.Connect(ctx, s.l.cfg)
 	if err != nil {
 		return fmt.Errorf("postgres: terminate session %d: %w", pid, err)
 	}
 	defer conn.Close(context.Background())
 	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", pid).Scan(&ok); err != nil {
+	const q = `SELECT CASE WHEN pg_backend_pid() = $1 THEN pg_terminate_backend($1)
+		WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1) THEN true
+		ELSE pg_terminate_backend($1, 5000) END`
+	if err := conn.QueryRow(ctx, q, pid).Scan(&ok); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "57P01" {
+			return nil // the statement ran on the session it ended
+		}
 		return fmt.Errorf("postgres: terminate session %d: %w", pid, err)
 	}
 	if !ok {

@@ -51,7 +51,8 @@ type PgBouncer struct {
 // fix proposed in pgbouncer#846; or "server_proto: server in bad state:
 // 11", pgbouncer#822) when a client's cancel request races its disconnect,
 // as pgx's does whenever it closes a connection with a query in flight (a
-// cancelled Acquire): every client connection and server session goes
+// cancelled Acquire; the suite's adapters send none through a pooler:
+// their Config's Pooler): every client connection and server session goes
 // with it, and the locks they held. The harness restarts it on the same
 // port, as a service manager's Restart=on-failure would (Debian's unit
 // has none), and says how often.
@@ -89,11 +90,19 @@ func (s *PgBouncer) Stop() error {
 // StartPgBouncer starts a throwaway Postgres (StartPostgres) and, in front
 // of it, Debian's pgbouncer on a free loopback port (no Unix socket), with
 // its configuration and auth file in a temporary directory: pool_mode as
-// mode, trust authentication for the one user "locksuite", a pool of up to
-// 100 server connections (max_client_conn 1000), and PgBouncer's defaults
-// otherwise (server_reset_query DISCARD ALL, server_lifetime 3600 s). As
-// root, it runs as the "postgres" user (PgBouncer refuses to run as root).
-func StartPgBouncer(ctx context.Context, mode PoolMode) (*PgBouncer, error) {
+// mode, trust authentication for the one user "locksuite", max_client_conn
+// 1000, a pool of up to pool server connections (default_pool_size; pool
+// 0: 100), and PgBouncer's defaults otherwise (server_reset_query DISCARD
+// ALL, server_lifetime 3600 s). With pool 1 in transaction pooling, every
+// client's transactions take turns on one server session, so that what a
+// session holds between transactions (a session advisory lock) is shared
+// by every client every time, not when two clients happen to land on the
+// same connection. As root, it runs as the "postgres" user (PgBouncer
+// refuses to run as root).
+func StartPgBouncer(ctx context.Context, mode PoolMode, pool int) (*PgBouncer, error) {
+	if pool <= 0 {
+		pool = 100
+	}
 	fail := func(err error, fix string) error { return &Unavailable{"pgbouncer", err, fix} }
 	if mode != PoolTransaction && mode != PoolSession {
 		return nil, fail(fmt.Errorf("pool mode %q", mode), fmt.Sprintf("ask for %q or %q", PoolTransaction, PoolSession))
@@ -135,8 +144,8 @@ auth_type = trust
 auth_file = %s
 pool_mode = %s
 max_client_conn = 1000
-default_pool_size = 100
-`, pgPort(pg), port, users, mode)
+default_pool_size = %d
+`, pgPort(pg), port, users, mode, pool)
 	for path, text := range map[string]string{conf: ini, users: `"locksuite" ""` + "\n"} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			s.Stop()

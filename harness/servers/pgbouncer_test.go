@@ -42,7 +42,7 @@ func TestPgBouncer(t *testing.T) {
 		granted bool // client 2's try while client 1 holds the lock
 	}{{PoolSession, false}, {PoolTransaction, true}} {
 		t.Run(string(tc.mode), func(t *testing.T) {
-			s := timedStart(t, func(ctx context.Context) (*PgBouncer, error) { return StartPgBouncer(ctx, tc.mode) })
+			s := timedStart(t, func(ctx context.Context) (*PgBouncer, error) { return StartPgBouncer(ctx, tc.mode, 0) })
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			connect := func() *pgx.Conn {

@@ -24,8 +24,9 @@
 //	MYSQL_URL          a go-sql-driver DSN or mysql:// URL of a MySQL or MariaDB server
 //	NATS_URL           nats://[user:password@]host:port, comma-separated, of a
 //	                   NATS server with JetStream
-//	LOCKSUITE_PGBOUNCER_URL, LOCKSUITE_PGBOUNCER_SESSION_URL
+//	LOCKSUITE_PGBOUNCER_ONE_URL, LOCKSUITE_PGBOUNCER_URL, LOCKSUITE_PGBOUNCER_SESSION_URL
 //	                   a PgBouncer (or another pooler) in front of Postgres, in
+//	                   transaction pooling with one server connection, in
 //	                   transaction and in session pooling (see Poolers)
 //	KUBECONFIG         a Kubernetes cluster (k8s-lease, leader-election): the suite
 //	                   creates a namespace there and deletes it; with
@@ -134,14 +135,17 @@ var Variants = namesOf(variant)
 // of its own), started only when named (not by "all" or "libraries"):
 //
 //	postgres-pgbouncer          the session advisory lock (backends/postgres) through
-//	                            transaction pooling: unsafe by design (its Config's Unsafe)
+//	                            transaction pooling with one server connection, which
+//	                            every client shares: unsafe by design (its Config's Unsafe)
 //	pg-xact-pgbouncer           the transaction advisory lock (backends/pgxact) through
 //	                            transaction pooling
 //	postgres-pgbouncer-session  the session lock through session pooling
 //	pg-xact-pgbouncer-session   the transaction lock through session pooling
 //
-// LOCKSUITE_PGBOUNCER_URL and LOCKSUITE_PGBOUNCER_SESSION_URL name a
-// pooler of the user's in each mode instead.
+// LOCKSUITE_PGBOUNCER_ONE_URL, LOCKSUITE_PGBOUNCER_URL and
+// LOCKSUITE_PGBOUNCER_SESSION_URL name a pooler of the user's in each mode
+// instead. The adapters through a pooler send no cancel request (their
+// Config's Pooler).
 var Poolers = namesOf(pooler)
 
 // Languages are the lock libraries of other languages, each as it ships,

@@ -16,34 +16,47 @@ import (
 // connection pooler, in each pool mode (issue 26). Each service is a
 // pgbouncer of its own in front of a throwaway Postgres of its own
 // (servers.StartPgBouncer), or the pooler its variable names.
+// pgbouncer-one is transaction pooling with one server connection, which
+// every client's transactions take turns on: the session lock's pitfall
+// then shows in every run, and a session kill there faults only the runs
+// of that backend.
 var (
-	pgbouncerService        = poolerService("pgbouncer", servers.PoolTransaction, "LOCKSUITE_PGBOUNCER_URL")
-	pgbouncerSessionService = poolerService("pgbouncer-session", servers.PoolSession, "LOCKSUITE_PGBOUNCER_SESSION_URL")
+	pgbouncerService        = poolerService("pgbouncer", servers.PoolTransaction, 0, "LOCKSUITE_PGBOUNCER_URL")
+	pgbouncerOneService     = poolerService("pgbouncer-one", servers.PoolTransaction, 1, "LOCKSUITE_PGBOUNCER_ONE_URL")
+	pgbouncerSessionService = poolerService("pgbouncer-session", servers.PoolSession, 0, "LOCKSUITE_PGBOUNCER_SESSION_URL")
 )
 
 // txnPoolerUnsafe is why the session lock through a transaction pooler can
 // grant twice with no fault (suite.Config.Unsafe).
-const txnPoolerUnsafe = "a session advisory lock through PgBouncer in transaction pooling: each statement may run on another server connection, so the unlock can miss the connection that holds the lock, and a client whose statement runs there is granted the same lock at once (advisory locks are re-entrant per session)"
+const txnPoolerUnsafe = "a session advisory lock through PgBouncer in transaction pooling: the lock belongs to the server session, not to the client, and each of a client's statements may run on another client's server session (the harness's pooler has one, so every client's does), where pg_advisory_lock is granted at once to whoever asks (advisory locks are re-entrant per session) and the unlock can free another client's hold"
 
 var pgbouncerBackends = []backend{
-	{name: "postgres-pgbouncer", kind: pooler, on: pgbouncerService, modules: []string{pgxModule}, newLocker: newPostgres,
+	{name: "postgres-pgbouncer", kind: pooler, on: pgbouncerOneService, modules: []string{pgxModule}, newLocker: newPooledPostgres,
 		tune: func(cfg *suite.Config) { cfg.Unsafe = txnPoolerUnsafe }},
-	{name: "pg-xact-pgbouncer", kind: pooler, on: pgbouncerService, modules: []string{pgxModule}, newLocker: newPgXact},
-	{name: "postgres-pgbouncer-session", kind: pooler, on: pgbouncerSessionService, modules: []string{pgxModule}, newLocker: newPostgres},
-	{name: "pg-xact-pgbouncer-session", kind: pooler, on: pgbouncerSessionService, modules: []string{pgxModule}, newLocker: newPgXact},
+	{name: "pg-xact-pgbouncer", kind: pooler, on: pgbouncerService, modules: []string{pgxModule}, newLocker: newPooledPgXact},
+	{name: "postgres-pgbouncer-session", kind: pooler, on: pgbouncerSessionService, modules: []string{pgxModule}, newLocker: newPooledPostgres},
+	{name: "pg-xact-pgbouncer-session", kind: pooler, on: pgbouncerSessionService, modules: []string{pgxModule}, newLocker: newPooledPgXact},
 }
 
-// poolerService is PgBouncer in mode in front of its own Postgres, or the
+// The adapters through a pooler send no cancel request (Config.Pooler).
+var newPooledPostgres, newPooledPgXact = postgresLock(true), pgXactLock(true)
+
+// poolerService is PgBouncer in mode, with pool server connections (0:
+// servers.StartPgBouncer's default), in front of its own Postgres, or the
 // pooler v names: the lock's sizes and checks are Postgres's.
-func poolerService(name string, mode servers.PoolMode, v string) *service {
+func poolerService(name string, mode servers.PoolMode, pool int, v string) *service {
+	title, server := "PgBouncer ("+string(mode)+" pooling)", "pgbouncer (pool_mode="+string(mode)
+	if pool == 1 {
+		title, server = "PgBouncer ("+string(mode)+" pooling, one server connection)", server+", default_pool_size=1"
+	}
 	return &service{
-		name: name, title: "PgBouncer (" + string(mode) + " pooling)",
-		server: "pgbouncer (pool_mode=" + string(mode) + ") in front of its own initdb and postgres",
+		name: name, title: title,
+		server: server + ") in front of its own initdb and postgres",
 		lease:  postgresService.lease, pause: postgresService.pause, duration: postgresService.duration,
 		vars:    []string{v},
 		fromEnv: func() (*conn, error) { return poolerFromEnv(v) },
 		start: func(ctx context.Context, _ ...servers.Option) (servers.Server, error) {
-			return servers.StartPgBouncer(ctx, mode)
+			return servers.StartPgBouncer(ctx, mode, pool)
 		},
 		probe:      probePostgres,
 		diagnose:   diagnosePostgres,

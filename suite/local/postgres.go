@@ -48,13 +48,25 @@ var postgresBackends = []backend{
 }
 
 // newPostgres is the session advisory lock (backends/postgres) at c.
-func newPostgres(c *conn, cl suite.Client) (backends.Locker, error) {
-	return postgres.New(postgres.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
-}
+var newPostgres = postgresLock(false)
 
 // newPgXact is the transaction advisory lock (backends/pgxact) at c.
-func newPgXact(c *conn, cl suite.Client) (backends.Locker, error) {
-	return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+var newPgXact = pgXactLock(false)
+
+// postgresLock makes the session advisory lock at c; pooler: c is a
+// connection pooler (postgres.Config.Pooler).
+func postgresLock(pooler bool) func(c *conn, cl suite.Client) (backends.Locker, error) {
+	return func(c *conn, cl suite.Client) (backends.Locker, error) {
+		return postgres.New(postgres.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Pooler: pooler})
+	}
+}
+
+// pgXactLock makes the transaction advisory lock at c; pooler: c is a
+// connection pooler (pgxact.Config.Pooler).
+func pgXactLock(pooler bool) func(c *conn, cl suite.Client) (backends.Locker, error) {
+	return func(c *conn, cl suite.Client) (backends.Locker, error) {
+		return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Pooler: pooler})
+	}
 }
 
 // noClockPostgres is why postgres's clock is not jumped (wrapped in

@@ -28,7 +28,13 @@ import (
 //
 // With addr, sslmode's attempts (prefer: TLS, then plain) all go to addr,
 // and verify-full still checks the connection string's host name.
-func Parse(pkg, connString, addr string, dial func(ctx context.Context, network, address string) (net.Conn, error)) (*pgx.ConnConfig, error) {
+//
+// With pooler, the sessions send no cancel request (see Connect): pgx
+// sends one whenever it closes a connection with a query in flight (a
+// query whose context ended), and PgBouncer 1.18 exits on a cancel request
+// that races the client's disconnect (pgbouncer#801, #822), with every
+// client's session and lock. The connection is closed all the same.
+func Parse(pkg, connString, addr string, dial func(ctx context.Context, network, address string) (net.Conn, error), pooler bool) (*pgx.ConnConfig, error) {
 	cc, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("%s: bad connection string: %w (expected postgres://user@host:port/db or PG* variables)", pkg, err)
@@ -62,7 +68,29 @@ func Parse(pkg, connString, addr string, dial func(ctx context.Context, network,
 		cc.ConnectTimeout = 3 * time.Second
 	}
 	cc.RuntimeParams["application_name"] = "locksuite"
+	if pooler {
+		d := cc.DialFunc
+		cc.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
+			if ctx.Value(connecting{}) == nil {
+				return nil, errNoCancel
+			}
+			return d(ctx, network, address)
+		}
+	}
 	return cc, nil
+}
+
+// connecting marks the context of Connect's dials.
+type connecting struct{}
+
+var errNoCancel = errors.New("pgconf: no cancel request through a pooler (dial a session with pgconf.Connect)")
+
+// Connect opens a session with cc, a config of Parse. Through a pooler
+// (Parse's pooler), its dials are the only ones cc allows: pgx's cancel
+// request, which dials a connection of its own outside Connect, fails at
+// once without reaching the pooler, and pgx closes the connection.
+func Connect(ctx context.Context, cc *pgx.ConnConfig) (*pgx.Conn, error) {
+	return pgx.ConnectConfig(context.WithValue(ctx, connecting{}, true), cc)
 }
 
 // Set is the statement that sets the server setting (idle_session_timeout,
