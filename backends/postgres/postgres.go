@@ -78,7 +78,9 @@ type Config struct {
 	// and PgBouncer 1.18 exits on a cancel request that races the client's
 	// disconnect (pgbouncer#801, #822), taking every client's session and
 	// lock with it. The server learns that the query was abandoned when it
-	// next writes to the session (a pg_advisory_lock still waiting runs on until it is granted, and then ends with its session). Default false: pgx's cancel request.
+	// next writes to the session (a pg_advisory_lock still waiting runs on
+	// until it is granted, and then ends with its session). Default false:
+	// pgx's cancel request.
 	Pooler bool
 	_      struct{}
 }
