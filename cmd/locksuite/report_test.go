@@ -155,7 +155,10 @@ func TestInterruptedRunKeepsRows(t *testing.T) {
 	// A run cut short in its spec is a row too, unknown and saying so (a
 	// spec Ginkgo had not begun when the interrupt came has none); the
 	// rest of after finished before the interrupt or while it stopped
-	// the run.
+	// the run. With --parallel 2, two runs can be in flight at the
+	// interrupt: the one that started beside the first and ends at about
+	// the same moment (a run whose context the interrupt ended is unknown,
+	// whatever it returned) and the one that took the first's slot.
 	var finished, cut int
 	for _, a := range after {
 		if a.Verdict == report.Unknown && strings.Contains(a.Reason, "interrupted") {
@@ -164,8 +167,8 @@ func TestInterruptedRunKeepsRows(t *testing.T) {
 			finished++
 		}
 	}
-	if finished < len(before) || finished >= 4 || cut > 1 {
-		t.Errorf("--json: %d rows at the interrupt, %d finished and %d cut short after it; want every finished one, fewer than the 4 planned, and at most the one spec running cut short\n%+v", len(before), finished, cut, after)
+	if finished < len(before) || finished >= 4 || cut > 2 {
+		t.Errorf("--json: %d rows at the interrupt, %d finished and %d cut short after it; want every finished one, fewer than the 4 planned, and at most the two runs in flight (--parallel 2) cut short\n%+v", len(before), finished, cut, after)
 	}
 	for _, r := range before {
 		found := false
