@@ -119,7 +119,11 @@ func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
 		return Results{Unregistered: []string{fmt.Sprintf("suite: Options.Parallel %d and Repeat %d must not be negative, and Shard %d of %d must be between 1 and its Total",
 			o.Parallel, o.Repeat, o.Shard.Index, o.Shard.Total)}}
 	}
-	selected, err := selectScenarios(o.Scenarios)
+	lines := make([]Line, len(cfgs))
+	for i, c := range cfgs {
+		lines[i] = Line{c.Name, c.Fenced}
+	}
+	plan, err := o.Plan(lines...)
 	if err != nil {
 		return Results{Unregistered: []string{err.Error()}}
 	}
@@ -176,25 +180,19 @@ func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
 			if reason := cannotFence(*cfg); reason != "" {
 				res.Unregistered = append(res.Unregistered, describe(cfg)+": not registered: "+reason)
 				sizes = sizes[:len(sizes)-1]
-				for _, s := range selected {
-					for n := range max(o.Repeat, 1) {
-						if o.Shard.Has(cfg.Name, true, s.Name, n) {
-							cfg.Report(report.Row{Backend: cfg.Name, Fencing: true, Scenario: s.Name, Verdict: report.Skipped, Reason: reason})
-						}
-					}
+				for _, r := range plan.Of(cfg.Name, true).Skipped(reason) {
+					cfg.Report(r)
 				}
 				continue
 			}
 		}
-		for n := range max(o.Repeat, 1) {
-			var mine []Scenario
-			for _, s := range selected {
-				if o.Shard.Has(cfg.Name, cfg.Fenced, s.Name, n) {
-					mine = append(mine, s)
-				}
-			}
-			if len(mine) > 0 || isWorker {
-				register(cfg, mine, sched)
+		mine := make([][]Scenario, max(o.Repeat, 1)) // by run number
+		for _, r := range plan.Of(cfg.Name, cfg.Fenced) {
+			mine[r.Run] = append(mine[r.Run], *scenarioNamed(r.Scenario))
+		}
+		for _, m := range mine {
+			if len(m) > 0 || isWorker {
+				register(cfg, m, sched)
 			}
 		}
 	}

@@ -4,12 +4,16 @@
 // backends.Locker; a Config names the Locker, the protected counter, the
 // lease and whether the counter checks fencing tokens.
 //
-// Two entry points, as in csi-sanity:
+// Four entry points; the first two as in csi-sanity:
 //
 //   - Test(t, cfg) registers the specs for cfg and runs them: one call in a
 //     lock library's own go test.
 //   - GinkgoTest(&cfg) only registers them, inside an existing Ginkgo suite;
 //     the suite reads *cfg when each spec runs, so a BeforeEach may change it.
+//   - Execute(t, opts, cfgs...) is Test with Options (scenarios, repeat,
+//     runs at once, shard, spec log) and the rows returned: the CLI's.
+//   - Run(ctx, cfg, scenario) runs one scenario outside Ginkgo and returns
+//     its row, asserting nothing.
 //
 // Every spec judges the counter invariant (each acknowledged write is in
 // the counter exactly once), not that a lock was acquired, and its text says
@@ -275,18 +279,20 @@ func fencedLabel(cfg *Config) string {
 	return "unfenced"
 }
 
-// assertVerdict asserts what want says of row's verdict.
+// assertVerdict fails the spec when row is a finding (report.Row.Finding,
+// the rule the CLI's exit status and the matrix's "!" follow too), saying
+// what want expected of it.
 func assertVerdict(row report.Row, want Expectation) {
 	GinkgoHelper()
-	switch want {
-	case Keeps:
-		Expect(row.Verdict).To(Equal(report.Kept), "%s (seed %d, faults %s)", row.Reason, row.Seed, row.Schedule)
-	case Loses:
-		Expect(row.Verdict).To(Equal(report.Broken), "the run was expected to lose an update (the control, or ExpectLoss unfenced), but it lost none: %d writes, counter %d (%s; seed %d, faults %s)",
+	why := fmt.Sprintf("%s (seed %d, faults %s)", row.Reason, row.Seed, row.Schedule)
+	switch {
+	case row.Verdict == report.Unknown:
+		why = "no verdict: " + row.Reason
+	case want == Loses:
+		why = fmt.Sprintf("the run was expected to lose an update (the control, or ExpectLoss unfenced), but it lost none: %d writes, counter %d (%s; seed %d, faults %s)",
 			row.Writes, row.Counter, row.Reason, row.Seed, row.Schedule)
-	default:
-		Expect(row.Verdict).NotTo(Equal(report.Unknown), row.Reason)
 	}
+	Expect(row.Finding()).To(BeFalse(), "%s %s, expected %s: %s", row.Scenario, row.Verdict, want.Verdict(), why)
 }
 
 // checkBaseline: with no faults, clients wrote, no acknowledged sections

@@ -77,7 +77,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 	a.done = true
 	var kept []report.Row
 	for i, r := range rows {
-		if a.all || unexpected(r) && (r.Verdict != report.Unknown || !interrupted) {
+		if a.all || r.Finding() && (r.Verdict != report.Unknown || !interrupted) {
 			if r.Verdict != report.Skipped {
 				kept = append(kept, r)
 			}
@@ -90,7 +90,7 @@ func (a *artifacts) finish(rows []report.Row, env *local.Env, specLog string, st
 	}
 	nbad := 0
 	for _, r := range kept {
-		if unexpected(r) {
+		if r.Finding() {
 			nbad++
 		}
 	}

@@ -111,7 +111,9 @@ func (p *progress) end(r report.Row) {
 		p.broken++
 		p.lost += max(r.Lost, 0)
 	}
-	p.findings += len(findings([]report.Row{r}))
+	if r.Finding() {
+		p.findings++
+	}
 }
 
 func (p *progress) line() string {

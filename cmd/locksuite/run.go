@@ -136,18 +136,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return cfg
 	}
+	// The run plan: its rows of backends that cannot run, its count, and
+	// what Execute registers, all from one suite.Options.
+	opts := suite.Options{Scenarios: o.scenarios, Repeat: o.repeat, JUnitReport: o.junit, Shard: o.shard}
 	for _, n := range o.backends {
 		if err := env.Unavailable[n]; err != nil {
 			fmt.Fprintf(stderr, "locksuite: %v\n", err)
+			var lines []suite.Line
 			for _, f := range o.fencing {
-				for _, s := range o.scenarios {
-					for i := range o.repeat {
-						if o.shard.Has(n, f, s, i) {
-							rows = append(rows, report.Row{Backend: n, Fencing: f, Scenario: s, Verdict: report.Skipped, Reason: err.Error()})
-						}
-					}
-				}
+				lines = append(lines, suite.Line{Backend: n, Fenced: f})
 			}
+			plan, perr := opts.Plan(lines...)
+			if perr != nil {
+				return perr
+			}
+			rows = append(rows, plan.Skipped(err.Error())...)
 			continue
 		}
 		for _, f := range o.fencing {
@@ -178,16 +181,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if parallel == 0 {
 		parallel = suite.DefaultParallel()
 	}
-	planned := 0
+	var lines []suite.Line
 	for _, c := range cfgs {
-		for _, s := range o.scenarios {
-			for i := range o.repeat {
-				if o.shard.Has(c.Name, c.Fenced, s, i) {
-					planned++
-				}
-			}
-		}
+		lines = append(lines, suite.Line{Backend: c.Name, Fenced: c.Fenced})
 	}
+	plan, err := opts.Plan(lines...)
+	if err != nil {
+		return err
+	}
+	planned := len(plan)
 	shard := ""
 	if o.shard.Total > 1 {
 		shard = " in shard " + o.shard.String()
@@ -211,8 +213,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	out := suite.Execute(&tb{}, suite.Options{Scenarios: o.scenarios, Repeat: o.repeat, Parallel: parallel,
-		SpecLog: specLog, JUnitReport: o.junit, Shard: o.shard}, cfgs...)
+	opts.Parallel, opts.SpecLog = parallel, specLog
+	out := suite.Execute(&tb{}, opts, cfgs...)
 	if prog != nil {
 		prog.close()
 	}
@@ -266,21 +268,6 @@ func configure(cfg suite.Config, o options, artifacts string) suite.Config {
 	return cfg
 }
 
-// unexpected reports whether r is a finding or unknown: a verdict other
-// than the kept or broken its spec asserted (a measured run asserts none),
-// or none at all.
-func unexpected(r report.Row) bool {
-	switch {
-	case r.Verdict == report.Unknown && r.MachineStall != "":
-		return false // the machine's doing: said apart (stalled)
-	case r.Verdict == report.Unknown:
-		return true
-	case r.Verdict == report.Skipped || r.Expected != report.Kept && r.Expected != report.Broken:
-		return false
-	}
-	return r.Verdict != r.Expected
-}
-
 // stalled counts the rows unknown because the machine stalled a holder
 // (Row.MachineStall).
 func stalled(rows []report.Row) int {
@@ -318,7 +305,7 @@ func findings(rows []report.Row) []string {
 		id := fmt.Sprintf("%s fencing=%v %s: %s", r.Backend, r.Fencing, r.Scenario, r.Verdict)
 		var text string
 		switch {
-		case !unexpected(r):
+		case !r.Finding():
 			continue
 		case r.Verdict == report.Unknown:
 			text = " (" + r.Reason + ")"

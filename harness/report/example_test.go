@@ -26,7 +26,7 @@ func ExampleDecodeRows() {
 	}
 	for _, r := range rows {
 		finding := ""
-		if (r.Expected == report.Kept || r.Expected == report.Broken) && r.Verdict != r.Expected {
+		if r.Finding() {
 			finding = " (a finding)"
 		}
 		fmt.Printf("%s fenced=%v %s: %s, %d lost, %d rejected%s\n", r.Backend, r.Fencing, r.Scenario, r.Verdict, r.Lost, r.Rejected, finding)

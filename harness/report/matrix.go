@@ -33,10 +33,11 @@ type Cell struct {
 	// Stuck counts the kept runs in which the sections after a restart
 	// did not write (Row.Stuck).
 	Stuck int
-	// Unexpected counts the kept or broken runs whose verdict is not the
-	// one the spec expected (Row.Expected): the findings.
-	Unexpected int
-	Note       int // 1-based index into Matrix.Notes; 0: no note
+	// Findings counts the runs that are findings (Row.Finding): a
+	// verdict other than the one the spec expected, or unknown with no
+	// machine stall to explain it.
+	Findings int
+	Note     int // 1-based index into Matrix.Notes; 0: no note
 }
 
 // Class is the cell's colour class: "broken" if any run was broken, else
@@ -61,8 +62,9 @@ func (c Cell) Class() string {
 // Row.Stuck),
 // "BROKEN 4 lost", "unknown [2]" or "– [1]" (skipped; [n] is the note with
 // the reason); for repeated runs the counts, "broken 10/10", "kept 5/5" or
-// "kept 5/5, stuck 5/5"; a trailing "!" when a verdict was not the
-// expected one; "" when nothing ran.
+// "kept 5/5, stuck 5/5"; a trailing "!" when a run is a finding
+// (Row.Finding: a verdict not the expected one, or unknown with no machine
+// stall to explain it); "" when nothing ran.
 func (c Cell) Text() string {
 	n := len(c.Runs)
 	ran := n - c.Skipped
@@ -99,7 +101,7 @@ func (c Cell) Text() string {
 	if c.Note > 0 {
 		s += fmt.Sprintf(" [%d]", c.Note)
 	}
-	if c.Unexpected > 0 {
+	if c.Findings > 0 {
 		s += " !"
 	}
 	return s
@@ -147,8 +149,8 @@ func NewMatrix(rows []Row) Matrix {
 		default:
 			c.Unknown++
 		}
-		if (r.Expected == Kept || r.Expected == Broken) && (r.Verdict == Kept || r.Verdict == Broken) && string(r.Verdict) != string(r.Expected) {
-			c.Unexpected++
+		if r.Finding() {
+			c.Findings++
 		}
 		if (r.Verdict == Skipped || r.Verdict == Unknown) && r.Reason != "" {
 			n, ok := note[r.Reason]
@@ -164,9 +166,9 @@ func NewMatrix(rows []Row) Matrix {
 }
 
 // legend explains the cells; printed under every matrix.
-const legend = "kept: every acknowledged write counted. BROKEN n lost: n acknowledged writes lost (BROKEN alone: sections overlapped).\n" +
+const legend = "kept: every acknowledged write counted. BROKEN n lost: n acknowledged writes lost (BROKEN alone: none lost, but writes no client made appeared, or a rejected write was retried).\n" +
 	"stuck: kept, but the sections after the lock service restarted did not write (refused by the fenced store, or not granted).\n" +
-	"unknown: no verdict. –: skipped. [n]: note n. !: not the verdict the spec expected (a finding). --repeat: broken runs/runs."
+	"unknown: no verdict. –: skipped. [n]: note n. !: a finding (not the verdict the spec expected, or unknown and no machine stall explains it). --repeat: broken runs/runs."
 
 // WriteMatrix prints rows as an aligned Matrix, then the legend and the
 // numbered notes.

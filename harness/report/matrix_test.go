@@ -20,6 +20,8 @@ func TestMatrixCells(t *testing.T) {
 	measured.Expected = Measured
 	stuck := k
 	stuck.Stuck = 3
+	stalled := u
+	stalled.MachineStall = "the machine stalled worker 1"
 	for _, tc := range []struct {
 		name  string
 		rows  []Row
@@ -31,10 +33,11 @@ func TestMatrixCells(t *testing.T) {
 		{"broken by overlaps alone", []Row{b0}, "BROKEN", "broken"},
 		{"broken, expected kept", []Row{bad}, "BROKEN 4 lost !", "broken"},
 		{"broken, measured", []Row{measured}, "BROKEN 4 lost", "broken"},
-		{"unknown", []Row{u}, "unknown [1]", "unknown"},
+		{"unknown", []Row{u}, "unknown [1] !", "unknown"},
+		{"unknown, the machine stalled", []Row{stalled}, "unknown [1]", "unknown"},
 		{"skipped", []Row{sk}, "– [1]", "skipped"},
 		{"repeated, all broken", []Row{b, b, b}, "broken 3/3", "broken"},
-		{"repeated, mixed", []Row{k, b, u, k}, "broken 1/4, unknown 1/4 [1]", "broken"},
+		{"repeated, mixed", []Row{k, b, u, k}, "broken 1/4, unknown 1/4 [1] !", "broken"},
 		{"repeated, kept", []Row{k, k}, "kept 2/2", "kept"},
 		{"kept, stuck", []Row{stuck}, "kept, stuck", "kept"},
 		{"repeated, kept, some stuck", []Row{k, stuck, stuck}, "kept 3/3, stuck 2/3", "kept"},

@@ -128,6 +128,27 @@ type Row struct {
 	MachineStall string `json:"machine_stall,omitempty"`
 }
 
+// Finding reports whether r is a finding, the one rule that the suite's
+// assertion, the CLI's exit status and the artifacts it keeps, and the
+// matrix's "!" all follow:
+//
+//   - a kept or broken verdict other than the one the spec asserted
+//     (Expected Kept or Broken; a Measured row asserts no verdict, a row
+//     of suite.Run none at all);
+//   - an unknown verdict, unless MachineStall explains it (the machine,
+//     not the lock, stalled a holder: said apart, no finding).
+//
+// Skipped rows are no finding.
+func (r Row) Finding() bool {
+	switch r.Verdict {
+	case Kept, Broken:
+		return (r.Expected == Kept || r.Expected == Broken) && r.Verdict != r.Expected
+	case Skipped:
+		return false
+	}
+	return r.MachineStall == ""
+}
+
 // Progress is what a scenario run knows while it runs, for a progress
 // display: how long it has run and plans to, and what its history shows so
 // far. Lost updates are known only at the end, from the final counter.
