@@ -3,7 +3,7 @@
 //
 //	locksuite run [--backends etcd,redis,...] [--scenarios ...] [--fencing off,on] [--json FILE]
 //
-// It is a thin layer over suite.GinkgoTest and suite/local: the specs, the
+// It is a thin layer over suite.Execute and suite/local: the specs, the
 // servers and the verdicts are the same as in `go test ./suite/`.
 package main
 

@@ -6,8 +6,8 @@
 // keeps its own direct path to the store it protects, so a client cut off
 // from the lock service can still write. Because every request of the
 // client's lock library (renewals and keep-alives included) goes through the
-// proxy, stopping its traffic stops its renewals too. Three network faults,
-// each undone by Heal:
+// proxy, stopping its traffic stops its renewals too. Four network faults,
+// each undone by Heal (DropReplies, the fourth, is below):
 //
 //   - Freeze stops forwarding in both directions without losing a byte: data
 //     already read is held and delivered after Thaw or Heal, in order, and a

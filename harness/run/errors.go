@@ -43,8 +43,9 @@ var ErrNoFence = Skip("the lock gives no fencing token (Lease.Fence() is 0), so 
 // grant's Lease.Fence() and releases it. It returns nil when the fence is
 // not 0, ErrNoFence when it is, and otherwise what went wrong: the error of
 // Acquire or Release, or a panic of the Locker or its Lease as a
-// *traffic.PanicError. A fenced run's preparation calls it (Fixture.Probe),
-// and so may a front end before it registers a fenced Config.
+// *traffic.PanicError. suite.Execute calls it before it registers a fenced
+// Config (a lock with no token is not registered fenced; its rows say
+// why), and so may any other front end.
 func ProbeFence(ctx context.Context, l backends.Locker) error {
 	fence, err := firstGrant(ctx, l)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 // is locksuite.
 type NATS struct{ base }
 
-func (s *NATS) Name() string { return "nats-kv" }
+func (s *NATS) Name() string { return "nats" }
 
 // Endpoint is the client URL, nats://127.0.0.1:PORT, without credentials
 // (see URL and Secrets). The scheme stays nats:// WithTLS: the server

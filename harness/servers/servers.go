@@ -30,7 +30,11 @@ import (
 
 // Server is a running server.
 type Server interface {
-	// Name is the backend's short name: "redis", "etcd", "consul", "postgres".
+	// Name is the server's short name: for a server that is one of
+	// suite/local's Services, that service's name ("redis", "etcd",
+	// "nats", "consul", "postgres", "mysql", "zookeeper"), as
+	// local.WithServer looks it up; else what it is ("etcd-cluster",
+	// "redis-sentinel", "pgbouncer-transaction", "kubernetes").
 	Name() string
 	// Endpoint is how a client reaches it: host:port, a URL or a DSN, as the
 	// backend's adapter takes it.
