@@ -225,7 +225,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	write(status)
 	fmt.Fprintf(stderr, "locksuite bench: done in %v\n", time.Since(t0).Round(time.Second))
-	if err := report.WriteBench(stdout, rep); err != nil {
+	if err := bench.WriteText(stdout, rep); err != nil {
 		return err
 	}
 	switch {
@@ -276,7 +276,7 @@ func writeBenchOutputs(o benchOptions, rep bench.Report, args []string) error {
 		}
 	}
 	if o.markdown != "" {
-		if err := writeAtomic(o.markdown, func(w io.Writer) error { return report.WriteBenchMarkdown(w, rep) }); err != nil {
+		if err := writeAtomic(o.markdown, func(w io.Writer) error { return bench.WriteMarkdown(w, rep) }); err != nil {
 			return fmt.Errorf("--markdown: %w", err)
 		}
 	}
@@ -287,7 +287,11 @@ func writeBenchOutputs(o benchOptions, rep bench.Report, args []string) error {
 		}
 		env := append([][2]string{{"command", strings.Join(cmd, " ")}}, environment(o.backends)...)
 		err := writeAtomic(o.html, func(w io.Writer) error {
-			return report.WriteReport(w, report.Report{Title: "locksuite bench", Status: rep.Status, Env: env, Base: filepath.Dir(o.html), Bench: &rep})
+			body, err := bench.HTML(rep)
+			if err != nil {
+				return err
+			}
+			return report.WriteReport(w, report.Report{Title: "locksuite bench", Status: rep.Status, Env: env, Base: filepath.Dir(o.html), Body: body})
 		})
 		if err != nil {
 			return fmt.Errorf("--html: %w", err)

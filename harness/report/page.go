@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/locksuite/locksuite/harness/bench"
 )
 
 // Report is one run's results as WriteReport draws them.
@@ -30,9 +28,10 @@ type Report struct {
 	Reproduce func(Row) string
 	// Sweep, if set, is drawn as a heat map below the matrix.
 	Sweep *Sweep
-	// Bench, if set, is drawn instead of the matrix: its tables and charts
-	// (see WriteBench).
-	Bench *bench.Report
+	// Body, if set, is drawn instead of the matrix: a section its caller
+	// rendered, trusted as HTML (bench.HTML draws a bench's tables and
+	// charts for it).
+	Body template.HTML
 }
 
 // Sweep is a lease × pause grid: Cells[i][j] is the run with lease
@@ -115,7 +114,7 @@ func WriteReport(w io.Writer, r Report) error {
 	}
 	data := map[string]any{
 		"Title": r.Title, "Status": r.Status, "Scenarios": m.Scenarios, "Lines": lines, "Notes": m.Notes,
-		"Legend": legend, "Rows": rows, "Env": r.Env, "Sweep": sweepData(r.Sweep, r.Base), "Bench": benchData(r.Bench),
+		"Legend": legend, "Rows": rows, "Env": r.Env, "Sweep": sweepData(r.Sweep, r.Base), "Body": r.Body,
 	}
 	return reportPage.Execute(w, data)
 }
@@ -221,7 +220,7 @@ table.rows td { font-size: 12px; } table.rows td.num { text-align: right; }
 <body>
 <h1>{{.Title}}</h1>
 {{if .Status}}<p class="status" id="status">{{.Status}}</p>{{end}}
-{{if not (or .Sweep .Bench)}}<h2>Matrix</h2>
+{{if not (or .Sweep .Body)}}<h2>Matrix</h2>
 <table id="matrix"><tr><th>backend</th><th>fencing</th>{{range .Scenarios}}<th>{{.}}</th>{{end}}</tr>
 {{range .Lines}}<tr><th>{{.Backend}}</th><th>{{.Fencing}}</th>{{range .Cells}}<td class="cell{{if .Class}} v-{{.Class}}{{end}}">{{.Text}}{{if .Links}}<br>{{range .Links}}<a class="{{.Class}}" href="{{.Href}}">{{.Label}}</a>{{end}}{{end}}</td>{{end}}</tr>
 {{end}}</table>
@@ -233,7 +232,7 @@ table.rows td { font-size: 12px; } table.rows td.num { text-align: right; }
 {{end}}</table>
 <p class="legend">Each cell: updates lost; the redder, the larger their share of the writes. No lease outlasts every pause: a longer one only makes the window rarer; fencing closes it.</p>
 {{end}}
-{{with .Bench}}{{template "bench" .}}{{end}}
+{{.Body}}
 {{if .Rows}}<h2>Runs</h2>
 <table class="rows" id="rows"><tr><th>backend</th><th>fencing</th><th>scenario</th><th>verdict</th><th>expected</th><th>writes</th><th>counter</th><th>lost</th><th>overlaps</th><th>rejected</th><th>lease</th><th>time</th><th>seed</th><th>machine</th><th>reason</th><th>reproduce</th></tr>
 {{range .Rows}}<tr><td>{{.Backend}}</td><td>{{.Fence}}</td><td>{{.Scenario}}</td><td class="v-{{.Verdict}}">{{.Verdict}}</td><td>{{.Expected}}</td>{{if .Skip}}<td colspan="9"></td>{{else}}<td class="num">{{.Writes}}</td><td class="num">{{.Counter}}</td><td class="num">{{.Lost}}</td><td class="num">{{.Overlaps}}</td><td class="num">{{.Rejected}}</td><td class="num">{{.Lease}}</td><td class="num">{{.Time}}</td><td>{{.Seed}}</td><td>{{.Machine}}</td>{{end}}<td>{{.Reason}}</td><td>{{if .Repro}}<code>{{.Repro}}</code>{{end}}</td></tr>

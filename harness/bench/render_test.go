@@ -1,4 +1,4 @@
-package report
+package bench
 
 import (
 	"bytes"
@@ -6,55 +6,55 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/locksuite/locksuite/harness/bench"
+	"github.com/locksuite/locksuite/harness/report"
 )
 
 // benchReport is a bench of the ceiling and two backends: one measured
 // (its fenced points skipped, a takeover that timed out in a round), one
 // that could not run, with a name that needs escaping.
-func benchReport() bench.Report {
-	st := func(v float64) bench.Stat { return bench.Stat{Min: v * 0.9, Median: v, Max: v * 1.1} }
-	dist := func(v float64) bench.Dist {
-		return bench.Dist{P50: st(v), P90: st(2 * v), P99: st(4 * v), Max: st(8 * v)}
+func benchReport() Report {
+	st := func(v float64) Stat { return Stat{Min: v * 0.9, Median: v, Max: v * 1.1} }
+	dist := func(v float64) Dist {
+		return Dist{P50: st(v), P90: st(2 * v), P99: st(4 * v), Max: st(8 * v)}
 	}
-	pt := func(c int, sec bench.Section, fenced bool, gps float64) bench.Point {
-		p := bench.Point{Clients: c, Section: sec, Fenced: fenced, Rounds: 3, RoundMS: 500, Grants: int(gps), GrantsPerSec: st(gps), Cycle: dist(1000 / gps),
-			Fairness: bench.Fairness{Jain: 0.5, FairestJain: 1, Starved: c / 2, FewestStarved: 0}, LongestWaitMS: st(100), RepliesPerGrant: st(float64(c))}
+	pt := func(c int, sec Section, fenced bool, gps float64) Point {
+		p := Point{Clients: c, Section: sec, Fenced: fenced, Rounds: 3, RoundMS: 500, Grants: int(gps), GrantsPerSec: st(gps), Cycle: dist(1000 / gps),
+			Fairness: Fairness{Jain: 0.5, FairestJain: 1, Starved: c / 2, FewestStarved: 0}, LongestWaitMS: st(100), RepliesPerGrant: st(float64(c))}
 		if c > 1 {
 			h := dist(0.1)
 			p.Handoff = &h
 		}
 		return p
 	}
-	ceiling := bench.Result{Backend: bench.MutexName, Ceiling: true, Fence: true}
-	etcd := bench.Result{Backend: "etcd", LeaseMS: 1000, ExpiryMS: 1500, Fence: false,
-		Takeovers: []bench.Takeover{
-			{Fault: bench.Killed, Rounds: 3, TimeMS: st(1200), BoundMS: 6500},
-			{Fault: bench.Frozen, Rounds: 3, TimedOut: 1, TimeMS: st(1300), BoundMS: 6500},
+	ceiling := Result{Backend: MutexName, Ceiling: true, Fence: true}
+	etcd := Result{Backend: "etcd", LeaseMS: 1000, ExpiryMS: 1500, Fence: false,
+		Takeovers: []Takeover{
+			{Fault: Killed, Rounds: 3, TimeMS: st(1200), BoundMS: 6500},
+			{Fault: Frozen, Rounds: 3, TimedOut: 1, TimeMS: st(1300), BoundMS: 6500},
 		}}
 	for _, c := range []int{1, 4} {
-		ceiling.Points = append(ceiling.Points, pt(c, bench.Empty, false, 500000), pt(c, bench.Write, false, 2000), pt(c, bench.Write, true, 1800))
-		etcd.Points = append(etcd.Points, pt(c, bench.Empty, false, 1000), pt(c, bench.Write, false, 500),
-			bench.Point{Clients: c, Section: bench.Write, Fenced: true, Skipped: bench.NoFence})
+		ceiling.Points = append(ceiling.Points, pt(c, Empty, false, 500000), pt(c, Write, false, 2000), pt(c, Write, true, 1800))
+		etcd.Points = append(etcd.Points, pt(c, Empty, false, 1000), pt(c, Write, false, 500),
+			Point{Clients: c, Section: Write, Fenced: true, Skipped: NoFence})
 	}
 	etcd.Points[0].Errors, etcd.Points[0].FirstError = 2, "client 0: Acquire: broken pipe"
-	hold := pt(4, bench.Hold, false, 40)
+	hold := pt(4, Hold, false, 40)
 	hold.HoldMS = 20
 	etcd.Points = append(etcd.Points, hold)
-	return bench.Report{Machine: bench.Machine{Cores: 2, GOMAXPROCS: 2, Go: "go1.26", OS: "linux/amd64", LoadBefore: []float64{0.5, 0.4, 0.3}},
+	return Report{Machine: Machine{Cores: 2, GOMAXPROCS: 2, Go: "go1.26", OS: "linux/amd64", LoadBefore: []float64{0.5, 0.4, 0.3}},
 		DurationMS: 2000, Rounds: 3, Clients: []int{1, 4},
-		Results: []bench.Result{ceiling, etcd, {Backend: "<b>redis</b>", Error: "redis unavailable: start it"}}}
+		Results: []Result{ceiling, etcd, {Backend: "<b>redis</b>", Error: "redis unavailable: start it"}}}
 }
 
-// TestWriteBench: the tables say what was measured, with the ceiling
+// TestWriteText: the tables say what was measured, with the ceiling
 // first, the cost of fencing as a ratio, the takeover against the lease,
 // and why a cell is empty.
-func TestWriteBench(t *testing.T) {
+func TestWriteText(t *testing.T) {
 	var b, md bytes.Buffer
-	if err := WriteBench(&b, benchReport()); err != nil {
+	if err := WriteText(&b, benchReport()); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteBenchMarkdown(&md, benchReport()); err != nil {
+	if err := WriteMarkdown(&md, benchReport()); err != nil {
 		t.Fatal(err)
 	}
 	text := b.String()
@@ -66,7 +66,7 @@ func TestWriteBench(t *testing.T) {
 		"Ceiling: the in-process lock's 500000 grants/s (1 client) is 500× the fastest service's, etcd's 1000",
 		"2000 / 1800 (0.90)",
 		"500 / – [1]",
-		"[1] skipped: " + bench.NoFence,
+		"[1] skipped: " + NoFence,
 		"0.500 (1.000)", "2 of 4 (0)",
 		"1200 [1080–1320]", "1300 [1170–1430], 1 of 3 > 6500", "1.30",
 		"[1] redis unavailable: start it",
@@ -90,7 +90,11 @@ func TestWriteBench(t *testing.T) {
 func TestBenchHTML(t *testing.T) {
 	r := benchReport()
 	var b bytes.Buffer
-	if err := WriteReport(&b, Report{Title: "locksuite bench", Bench: &r, Env: [][2]string{{"go", "go1.26"}}}); err != nil {
+	body, err := HTML(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := report.WriteReport(&b, report.Report{Title: "locksuite bench", Body: body, Env: [][2]string{{"go", "go1.26"}}}); err != nil {
 		t.Fatal(err)
 	}
 	page := b.String()

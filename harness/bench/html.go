@@ -1,22 +1,20 @@
-package report
+package bench
 
 import (
 	"fmt"
 	"html/template"
 	"math"
 	"strings"
-
-	"github.com/locksuite/locksuite/harness/bench"
 )
 
-// The bench section of WriteReport: the machine and the sizes, a chart of
-// each backend's uncontended latency (svg id "bench-latency-chart"), a
+// htmlPage is a bench's section of an HTML report (HTML): the machine and
+// the sizes, a chart of each backend's uncontended latency (svg id "bench-latency-chart"), a
 // chart of grants per second against contending clients (svg id
 // "bench-throughput-chart"; one polyline of class "series" per backend,
-// with data-backend), then every table of WriteBench (table ids
+// with data-backend), then every table of WriteText (table ids
 // "bench-latency", "bench-throughput", "bench-write", "bench-fairness",
 // "bench-takeover") with its notes.
-var _ = template.Must(reportPage.New("bench").Parse(`<p id="bench-machine">{{.Machine}}<br>{{.Size}}</p>
+var htmlPage = template.Must(template.New("bench").Parse(`<p id="bench-machine">{{.Machine}}<br>{{.Size}}</p>
 <h2>Uncontended acquire + release latency</h2>
 {{.Latency}}
 <p class="legend">One line per backend, 1 client, log scale: the box spans p50 to p99, the tick is p90, the dot p50, the whisker reaches the largest (medians of the rounds).</p>
@@ -30,11 +28,19 @@ var _ = template.Must(reportPage.New("bench").Parse(`<p id="bench-machine">{{.Ma
 {{with .Lines}}<ul class="notes">{{range .}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{end}}`))
 
-// benchData lays r out for the page; nil for no bench.
-func benchData(r *bench.Report) any {
-	if r == nil {
-		return nil
+// HTML is r as a section of an HTML report: give it to report.WriteReport
+// as Report.Body, which draws it instead of the matrix (the page's style
+// has the classes it uses). It escapes every name and reason it shows.
+func HTML(r Report) (template.HTML, error) {
+	var b strings.Builder
+	if err := htmlPage.Execute(&b, htmlData(&r)); err != nil {
+		return "", err
 	}
+	return template.HTML(b.String()), nil
+}
+
+// htmlData lays r out for htmlPage.
+func htmlData(r *Report) any {
 	type table struct {
 		benchTable
 		Lines []string
@@ -83,7 +89,7 @@ func bounds(lo, hi float64) (float64, float64) {
 
 // latencyChart draws the uncontended latency of each backend: a line per
 // backend on a log axis of milliseconds.
-func latencyChart(r bench.Report) template.HTML {
+func latencyChart(r Report) template.HTML {
 	type line struct {
 		name             string
 		p50, p90, p99, m float64
@@ -91,7 +97,7 @@ func latencyChart(r bench.Report) template.HTML {
 	var lines []line
 	lo, hi := math.Inf(1), 0.0
 	for _, res := range r.Results {
-		p, ok := res.Point(1, bench.Empty, false)
+		p, ok := res.Point(1, Empty, false)
 		if !ok || p.Cycle.P50.Median <= 0 {
 			continue
 		}
@@ -130,7 +136,7 @@ func latencyChart(r bench.Report) template.HTML {
 
 // throughputChart draws grants per second (empty section) against the
 // clients: a polyline per backend, log scales.
-func throughputChart(r bench.Report) template.HTML {
+func throughputChart(r Report) template.HTML {
 	type pt struct {
 		clients int
 		v       float64
@@ -145,7 +151,7 @@ func throughputChart(r bench.Report) template.HTML {
 	for _, res := range r.Results {
 		s := series{name: nameOf(res), ceiling: res.Ceiling}
 		for _, c := range r.Clients {
-			if p, ok := res.Point(c, bench.Empty, false); ok && p.GrantsPerSec.Median > 0 {
+			if p, ok := res.Point(c, Empty, false); ok && p.GrantsPerSec.Median > 0 {
 				s.pts = append(s.pts, pt{c, p.GrantsPerSec.Median})
 				lo, hi = min(lo, p.GrantsPerSec.Median), max(hi, p.GrantsPerSec.Median)
 			}

@@ -1,4 +1,4 @@
-package report
+package bench
 
 import (
 	"fmt"
@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/locksuite/locksuite/harness/bench"
 )
 
 // Published are the figures others published for a backend, which the
@@ -54,7 +52,7 @@ func (n *notes) ref(reason string) string {
 }
 
 // missing is the cell of a point that has no figure, with its reason.
-func (n *notes) missing(p bench.Point, res bench.Result) string {
+func (n *notes) missing(p Point, res Result) string {
 	switch {
 	case res.Error != "":
 		return n.ref(res.Error)
@@ -79,11 +77,11 @@ func num(v float64) string {
 }
 
 // rangeOf is a Stat as "median [min–max]".
-func rangeOf(s bench.Stat) string {
+func rangeOf(s Stat) string {
 	return fmt.Sprintf("%s [%s–%s]", num(s.Median), num(s.Min), num(s.Max))
 }
 
-func nameOf(r bench.Result) string {
+func nameOf(r Result) string {
 	if r.Ceiling {
 		return r.Backend + " (ceiling)"
 	}
@@ -93,7 +91,7 @@ func nameOf(r bench.Result) string {
 // benchTables lays r out as tables: uncontended latency, throughput (empty
 // section; with a store write, fencing off and on), fairness and handoff,
 // takeover.
-func benchTables(r bench.Report) []benchTable {
+func benchTables(r Report) []benchTable {
 	var out []benchTable
 	rounds := fmt.Sprintf("median of %d rounds", r.Rounds)
 
@@ -101,7 +99,7 @@ func benchTables(r bench.Report) []benchTable {
 	lat := benchTable{ID: "bench-latency", Title: "Uncontended acquire + release, 1 client: ms (" + rounds + " [least–greatest])",
 		Head: []string{"backend", "p50", "p90", "p99", "max", "grants/s", "published"}}
 	for _, res := range r.Results {
-		p, ok := res.Point(1, bench.Empty, false)
+		p, ok := res.Point(1, Empty, false)
 		row := []string{nameOf(res)}
 		if ok {
 			row = append(row, rangeOf(p.Cycle.P50), num(p.Cycle.P90.Median), num(p.Cycle.P99.Median), num(p.Cycle.Max.Median), rangeOf(p.GrantsPerSec))
@@ -115,8 +113,8 @@ func benchTables(r bench.Report) []benchTable {
 	out = append(out, lat)
 
 	thr := byClients(r, "bench-throughput", "Grants per second, empty critical section, by contending clients ("+rounds+" [least–greatest])",
-		func(res bench.Result, c int, n *notes) string {
-			p, ok := res.Point(c, bench.Empty, false)
+		func(res Result, c int, n *notes) string {
+			p, ok := res.Point(c, Empty, false)
 			if !ok {
 				return n.missing(p, res)
 			}
@@ -126,9 +124,9 @@ func benchTables(r bench.Report) []benchTable {
 	out = append(out, thr)
 
 	out = append(out, byClients(r, "bench-write", "Grants per second with a store write (read + write of the counter), fencing off / on (on ÷ off: the cost of fencing), "+rounds,
-		func(res bench.Result, c int, n *notes) string {
+		func(res Result, c int, n *notes) string {
 			cell := func(fenced bool) string {
-				p, ok := res.Point(c, bench.Write, fenced)
+				p, ok := res.Point(c, Write, fenced)
 				if !ok {
 					return n.missing(p, res)
 				}
@@ -144,9 +142,9 @@ func benchTables(r bench.Report) []benchTable {
 	n = notes{}
 	fair := benchTable{ID: "bench-fairness", Title: "Fairness and handoff, over each point's whole measured run (handoff: a Release returned → the next grant, ms, " + rounds + ")",
 		Head: []string{"backend", "section", "clients", "Jain's index (fairest)", "starved (fewest)", "longest wait ms", "handoff p50", "handoff p99", "replies per grant"}}
-	sections := []bench.Section{bench.Empty}
+	sections := []Section{Empty}
 	if hold := holdOf(r); hold > 0 {
-		sections = append(sections, bench.Hold)
+		sections = append(sections, Hold)
 	}
 	for _, res := range r.Results {
 		for _, sec := range sections {
@@ -179,7 +177,7 @@ func benchTables(r bench.Report) []benchTable {
 	fair.Refs, fair.Notes = n.list, []string{"Jain's index: (Σ grants)² / (clients × Σ grants²), 1 when every client got as many grants, 1/clients when one got them all; fairest: the index of the same grants spread as evenly as they go. Starved: clients with no grant in the run; fewest: with the grants spread evenly (a slow lock cannot give 64 clients a grant each in a short run). Longest wait: the longest any Acquire waited, by its grant or by the run's end. Replies per grant: reads that returned data on all clients' connections, per grant: flat for a queue, growing with the clients for a lock whose waiters all wake on a release, the polls per grant for a polling lock."}
 	out = append(out, fair)
 
-	if !slices.ContainsFunc(r.Results, func(res bench.Result) bool { return len(res.Takeovers) > 0 }) {
+	if !slices.ContainsFunc(r.Results, func(res Result) bool { return len(res.Takeovers) > 0 }) {
 		return out
 	}
 	n = notes{}
@@ -196,7 +194,7 @@ func benchTables(r bench.Report) []benchTable {
 			continue
 		}
 		var frozen float64
-		for _, f := range []bench.Fault{bench.Killed, bench.Frozen} {
+		for _, f := range []Fault{Killed, Frozen} {
 			t, ok := res.Takeover(f)
 			switch {
 			case ok:
@@ -205,7 +203,7 @@ func benchTables(r bench.Report) []benchTable {
 					s += fmt.Sprintf(", %d of %d > %s", t.TimedOut, t.Rounds, num(t.BoundMS))
 				}
 				row = append(row, s)
-				if f == bench.Frozen {
+				if f == Frozen {
 					frozen = t.TimeMS.Median
 				}
 			case t.Skipped != "":
@@ -239,10 +237,10 @@ func (t benchTable) lines() []string {
 }
 
 // holdOf is the hold of r's Hold points, in ms; 0 without.
-func holdOf(r bench.Report) float64 {
+func holdOf(r Report) float64 {
 	for _, res := range r.Results {
 		for _, p := range res.Points {
-			if p.Section == bench.Hold {
+			if p.Section == Hold {
 				return p.HoldMS
 			}
 		}
@@ -251,8 +249,8 @@ func holdOf(r bench.Report) float64 {
 }
 
 // sectionText names a critical section in a table.
-func sectionText(sec bench.Section, holdMS float64) string {
-	if sec == bench.Hold {
+func sectionText(sec Section, holdMS float64) string {
+	if sec == Hold {
 		return "hold " + strconv.FormatFloat(holdMS, 'f', -1, 64) + " ms"
 	}
 	return string(sec)
@@ -260,7 +258,7 @@ func sectionText(sec bench.Section, holdMS float64) string {
 
 // errorNotes lists the points in which Acquires, store writes or
 // Releases failed (the clients went on), with the first error.
-func errorNotes(r bench.Report) []string {
+func errorNotes(r Report) []string {
 	var out []string
 	for _, res := range r.Results {
 		for _, p := range res.Points {
@@ -268,7 +266,7 @@ func errorNotes(r bench.Report) []string {
 				continue
 			}
 			what := fmt.Sprintf("%s, %s, %s section", res.Backend, clientsText(p.Clients), sectionText(p.Section, p.HoldMS))
-			if p.Section == bench.Write {
+			if p.Section == Write {
 				what += ", fencing " + onOff(p.Fenced)
 			}
 			out = append(out, fmt.Sprintf("%s: %d failed in the rounds, each retried after 10 ms; the first: %s", what, p.Errors, p.FirstError))
@@ -287,7 +285,7 @@ func clientsText(n int) string {
 
 // byClients is a table with a line per result and a column per number of
 // clients, each cell from cell.
-func byClients(r bench.Report, id, title string, cell func(res bench.Result, clients int, n *notes) string) benchTable {
+func byClients(r Report, id, title string, cell func(res Result, clients int, n *notes) string) benchTable {
 	var n notes
 	t := benchTable{ID: id, Title: title, Head: []string{"backend"}}
 	for _, c := range r.Clients {
@@ -314,12 +312,12 @@ func msOrNone(v float64) string {
 
 // ceilingNote compares the in-process ceiling's best grants per second
 // with the fastest service's.
-func ceilingNote(r bench.Report) []string {
-	best := func(res bench.Result) (float64, int) {
+func ceilingNote(r Report) []string {
+	best := func(res Result) (float64, int) {
 		var v float64
 		var at int
 		for _, c := range r.Clients {
-			if p, ok := res.Point(c, bench.Empty, false); ok && p.GrantsPerSec.Median > v {
+			if p, ok := res.Point(c, Empty, false); ok && p.GrantsPerSec.Median > v {
 				v, at = p.GrantsPerSec.Median, c
 			}
 		}
@@ -348,14 +346,14 @@ func ceilingNote(r bench.Report) []string {
 }
 
 // sizeLine says how each point was measured.
-func sizeLine(r bench.Report) string {
+func sizeLine(r Report) string {
 	w := r.DurationMS / float64(r.Rounds+1)
 	return fmt.Sprintf("Each point: %s ms, a warm-up window then %d rounds of %s ms; takeovers: %d per fault.", num(r.DurationMS), r.Rounds, num(w), r.Rounds)
 }
 
-// WriteBench prints r as aligned tables: the machine and the sizes, then
+// WriteText prints r as aligned tables: the machine and the sizes, then
 // each table with its notes.
-func WriteBench(w io.Writer, r bench.Report) error {
+func WriteText(w io.Writer, r Report) error {
 	if r.Status != "" {
 		fmt.Fprintln(w, r.Status)
 	}
@@ -377,9 +375,9 @@ func WriteBench(w io.Writer, r bench.Report) error {
 	return nil
 }
 
-// WriteBenchMarkdown writes r as Markdown tables, for a pull-request
+// WriteMarkdown writes r as Markdown tables, for a pull-request
 // comment or docs.
-func WriteBenchMarkdown(w io.Writer, r bench.Report) error {
+func WriteMarkdown(w io.Writer, r Report) error {
 	if r.Status != "" {
 		fmt.Fprintf(w, "**%s**\n\n", r.Status)
 	}
