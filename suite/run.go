@@ -58,12 +58,16 @@ func setup(cfg *Config, runID, scenario string) run.Setup {
 }
 
 // run runs sc once for cfg: a skipped run returns an error wrapping
-// faults.ErrNotApplicable.
-func (sc *Scenario) run(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+// faults.ErrNotApplicable. A spec's run (want not 0) has its row judged
+// (judged) before its artifacts are written; Run's (0) asserts nothing.
+func (sc *Scenario) run(ctx context.Context, cfg Config, runID string, want Expectation) (report.Row, error) {
 	if cfg.Fenced && sc.unfenced != "" {
 		return report.Row{}, faults.NotApplicable(sc.unfenced)
 	}
 	s := setup(&cfg, runID, sc.Name)
+	if want != 0 {
+		s.Settle = func(r report.Row) report.Row { return judged(cfg, want, r) }
+	}
 	l := sc.load(&cfg, &s)
 	var n run.Nemesis
 	if sc.fault != nil {
@@ -121,7 +125,7 @@ func Run(ctx context.Context, cfg Config, scenario string) (row report.Row, err 
 		}
 		return report.Row{}, fmt.Errorf("suite: unknown scenario %q: choose from %s", scenario, strings.Join(names, ", "))
 	}
-	row, err = sc.run(ctx, cfg, newRunID())
+	row, err = sc.run(ctx, cfg, newRunID(), 0)
 	if r, ok := skipped(cfg, scenario, err); ok {
 		r.LeaseMS = 0
 		return r, nil

@@ -8,10 +8,10 @@ import (
 	"github.com/locksuite/locksuite/harness/report"
 )
 
-// TestSettleMachineStall: a loss the machine's stalls explain makes an
+// TestJudgedMachineStall: a loss the machine's stalls explain makes an
 // unfenced run that expected the invariant kept unknown, saying why; a
 // fenced run, and one whose loss was expected, stay broken.
-func TestSettleMachineStall(t *testing.T) {
+func TestJudgedMachineStall(t *testing.T) {
 	why := "the machine held worker 1 up for 491ms with no fault injected, past its 200ms lease"
 	for _, tc := range []struct {
 		name   string
@@ -27,9 +27,9 @@ func TestSettleMachineStall(t *testing.T) {
 		{"measured", false, Measures, why, report.Broken},
 	} {
 		row := report.Row{Verdict: report.Broken, Lost: 2, Reason: "99 writes reported, counter is 97: 2 lost", MachineStall: tc.stall}
-		r, skip := settle(Config{Name: "redis", Fenced: tc.fenced}, "chaos-none", tc.want, row, nil, false)
-		if skip || r.Verdict != tc.got {
-			t.Errorf("%s: verdict %s (skip %v), want %s", tc.name, r.Verdict, skip, tc.got)
+		r := judged(Config{Name: "redis", Fenced: tc.fenced}, tc.want, row)
+		if r.Verdict != tc.got {
+			t.Errorf("%s: verdict %s, want %s", tc.name, r.Verdict, tc.got)
 		}
 		if r.Verdict == report.Unknown && !strings.HasPrefix(r.Reason, why) {
 			t.Errorf("%s: reason %q, want it to start with the stall", tc.name, r.Reason)
@@ -63,14 +63,14 @@ func TestSettleInterrupted(t *testing.T) {
 	}
 }
 
-// TestSettleUnsafe: a broken row of a lock unsafe by design says why.
-func TestSettleUnsafe(t *testing.T) {
+// TestJudgedUnsafe: a broken row of a lock unsafe by design says why.
+func TestJudgedUnsafe(t *testing.T) {
 	c := Config{Name: "postgres-pgbouncer", Unsafe: "the lock belongs to the server session"}
-	r, _ := settle(c, "baseline", Measures, report.Row{Verdict: report.Broken, Reason: "9 lost"}, nil, false)
+	r := judged(c, Measures, report.Row{Verdict: report.Broken, Reason: "9 lost"})
 	if want := "9 lost; unsafe by design: the lock belongs to the server session"; r.Reason != want {
 		t.Errorf("reason %q, want %q", r.Reason, want)
 	}
-	if r, _ := settle(c, "baseline", Measures, report.Row{Verdict: report.Kept}, nil, false); r.Reason != "" {
+	if r := judged(c, Measures, report.Row{Verdict: report.Kept}); r.Reason != "" {
 		t.Errorf("a kept row's reason %q, want none", r.Reason)
 	}
 }

@@ -219,7 +219,7 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 					if err := frozen.Validate(); err != nil {
 						return report.Row{}, err // the spec's BeforeEach fails with it
 					}
-					row, err := protect(ctx, func(ctx context.Context) (report.Row, error) { return sc.timed(ctx, frozen, runID) })
+					row, err := protect(ctx, func(ctx context.Context) (report.Row, error) { return sc.timed(ctx, frozen, runID, want) })
 					if frozen.Report != nil {
 						r, _ := settle(frozen, sc.Name, want, row, err, ctx.Err() != nil)
 						frozen.Report(r)
@@ -234,7 +234,7 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 				if j != nil {
 					row, err = sched.await(ctx, j)
 				} else {
-					row, err = sc.timed(ctx, c, runID)
+					row, err = sc.timed(ctx, c, runID, want)
 				}
 				row, skip := settle(c, sc.Name, want, row, err, ctx.Err() != nil)
 				AddReportEntry("locksuite", row)
@@ -259,10 +259,10 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 	})
 }
 
-// timed is sc.run, with the row's WallMS.
-func (sc *Scenario) timed(ctx context.Context, cfg Config, runID string) (report.Row, error) {
+// timed is sc.run for a spec that expects want, with the row's WallMS.
+func (sc *Scenario) timed(ctx context.Context, cfg Config, runID string, want Expectation) (report.Row, error) {
 	t0 := time.Now()
-	row, err := sc.run(ctx, cfg, runID)
+	row, err := sc.run(ctx, cfg, runID, want)
 	if row.Verdict != report.Skipped {
 		row.WallMS = time.Since(t0).Milliseconds()
 	}
@@ -316,9 +316,9 @@ const specTimeout = 5 * 60e9 // 5 minutes: a bound for a hung server, not a targ
 // settle is the row a spec reports for its run's (row, err): the skip, with
 // skip true, of a scenario that does not apply; an unknown row saying why
 // (interrupted: the run was cut short) when the run ended without a
-// verdict; else row, with what the spec expects of it, unknown where the
+// verdict; else row, as its run judged it (judged: unknown where the
 // machine's stalls explain the loss of a run unfenced that expected to keep
-// the invariant (Row.MachineStall; the spec then skips, saying so).
+// the invariant, Row.MachineStall; the spec then skips, saying so).
 func settle(c Config, scenario string, want Expectation, row report.Row, err error, interrupted bool) (report.Row, bool) {
 	if r, ok := skipped(c, scenario, err); ok {
 		return r, true
@@ -338,6 +338,15 @@ func settle(c Config, scenario string, want Expectation, row report.Row, err err
 		return report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: scenario, Verdict: report.Unknown,
 			Reason: err.Error(), LeaseMS: c.Lease.Milliseconds(), Expected: want.Verdict()}, false
 	}
+	return row, false // judged by its run (judged, as run.Setup.Settle)
+}
+
+// judged is the finished row of a run of c whose spec expects want: with
+// what the spec expects (Row.Expected), a broken row of a lock unsafe by
+// design saying so (Config.Unsafe), and unknown where the machine's stalls
+// explain the loss of a run unfenced that expected the invariant kept
+// (Row.MachineStall). The run applies it before it writes its artifacts.
+func judged(c Config, want Expectation, row report.Row) report.Row {
 	row.Expected = want.Verdict()
 	if row.Verdict == report.Broken && c.Unsafe != "" {
 		row.Reason += "; unsafe by design: " + c.Unsafe
@@ -347,5 +356,5 @@ func settle(c Config, scenario string, want Expectation, row report.Row, err err
 		// run must keep it under any pause; an expected loss is broken).
 		row.Verdict, row.Reason = report.Unknown, row.MachineStall+" ("+row.Reason+")"
 	}
-	return row, false
+	return row
 }

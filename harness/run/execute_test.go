@@ -2,7 +2,9 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,5 +134,35 @@ func TestExecute(t *testing.T) {
 	}
 	if left.in.Load() {
 		t.Error("a fault the load struck and never healed is still in place after the run")
+	}
+}
+
+// TestSettleBeforeArtifacts: the row that Setup.Settle gives is the one the
+// run returns and the one its history and timeline show.
+func TestSettleBeforeArtifacts(t *testing.T) {
+	s := Setup{Backend: "redis", Scenario: "x", Key: "k", Artifacts: t.TempDir(), Settle: func(r report.Row) report.Row {
+		r.Verdict, r.Reason = report.Unknown, "the machine held worker 1 up"
+		return r
+	}}
+	row, err := Execute(context.Background(), s, &stub{}, Nemesis{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Verdict != report.Unknown || len(row.Artifacts) != 2 {
+		t.Fatalf("row %s with artifacts %v, want the settled verdict (unknown) and two artifacts", row.Verdict, row.Artifacts)
+	}
+	for _, f := range row.Artifacts {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(f, ".json") {
+			var tl report.Timeline
+			if err := json.Unmarshal(b, &tl); err != nil || tl.Row.Verdict != report.Unknown {
+				t.Errorf("%s: verdict %s (%v), want the settled one (unknown)", f, tl.Row.Verdict, err)
+			}
+		} else if !strings.Contains(string(b), "the machine held worker 1 up") {
+			t.Errorf("%s does not show the settled row's reason", f)
+		}
 	}
 }
