@@ -167,6 +167,20 @@ func leaks(t *testing.T, dir string, bufs map[string][]byte, secrets map[string]
 	return out
 }
 
+// machinesDoing reports whether r is unknown because the machine held an
+// unfenced holder up past its lease (Row.MachineStall), as a busy machine
+// may on plain servers too, after the run wrote: its clients reached the
+// servers, and the run has no verdict of the lock's (no finding: the CLI
+// exits 0 for it). It logs such a row.
+func machinesDoing(t *testing.T, r report.Row) bool {
+	t.Helper()
+	if r.Verdict != report.Unknown || r.MachineStall == "" || r.Writes == 0 {
+		return false
+	}
+	t.Logf("%s fencing=%v %s: unknown, the machine's doing: %s", r.Backend, r.Fencing, r.Scenario, r.MachineStall)
+	return true
+}
+
 // TestTLSAndAuth runs the CLI (--backends redis,postgres,etcd,consul: the
 // four whose servers securedServers starts; and etcd-cluster and
 // consul-cluster, named by LOCKSUITE_ETCD_CLUSTER and
@@ -224,7 +238,9 @@ func TestTLSAndAuth(t *testing.T) {
 		if r.Scenario == suite.DeterministicPause && !r.Fencing {
 			want = report.Broken
 		}
-		if r.Verdict != want {
+		switch {
+		case machinesDoing(t, r):
+		case r.Verdict != want:
 			t.Errorf("%s fencing=%v %s: %s (%s), want %s", r.Backend, r.Fencing, r.Scenario, r.Verdict, r.Reason, want)
 		}
 	}
