@@ -66,7 +66,7 @@ func (sc *Scenario) run(ctx context.Context, cfg Config, runID string, want Expe
 	}
 	s := setup(&cfg, runID, sc.Name)
 	if want != 0 {
-		s.Settle = func(r report.Row) report.Row { return judged(cfg, want, r) }
+		s.Judge = func(r report.Row) report.Row { return judged(cfg, want, r) }
 	}
 	l := sc.load(&cfg, &s)
 	var n run.Nemesis

@@ -241,7 +241,7 @@ func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
 				if c.Report != nil && (j == nil || !reported.Load()) {
 					c.Report(row)
 				}
-				if skip || row.Verdict == report.Unknown && row.MachineStall != "" {
+				if skip || row.Stalled() {
 					Skip(row.Reason)
 				}
 				if err != nil {
@@ -338,7 +338,7 @@ func settle(c Config, scenario string, want Expectation, row report.Row, err err
 		return report.Row{Backend: c.Name, Fencing: c.Fenced, Scenario: scenario, Verdict: report.Unknown,
 			Reason: err.Error(), LeaseMS: c.Lease.Milliseconds(), Expected: want.Verdict()}, false
 	}
-	return row, false // judged by its run (judged, as run.Setup.Settle)
+	return row, false // judged by its run (judged, as run.Setup.Judge)
 }
 
 // judged is the finished row of a run of c whose spec expects want: with

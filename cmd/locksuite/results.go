@@ -259,7 +259,7 @@ func machineLoad(rows []report.Row) string {
 		if r.CPUPressure > loaded {
 			over++
 		}
-		if r.Verdict == report.Unknown && r.MachineStall != "" {
+		if r.Stalled() {
 			unknown++
 		}
 		if r.StallMS > worst.StallMS {

@@ -136,21 +136,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return cfg
 	}
-	// The run plan: its rows of backends that cannot run, its count, and
-	// what Execute registers, all from one suite.Options.
-	opts := suite.Options{Scenarios: o.scenarios, Repeat: o.repeat, JUnitReport: o.junit, Shard: o.shard}
+	var down []suite.Line // the backends that cannot run, each fencing mode
 	for _, n := range o.backends {
 		if err := env.Unavailable[n]; err != nil {
 			fmt.Fprintf(stderr, "locksuite: %v\n", err)
-			var lines []suite.Line
 			for _, f := range o.fencing {
-				lines = append(lines, suite.Line{Backend: n, Fenced: f})
+				down = append(down, suite.Line{Backend: n, Fenced: f})
 			}
-			plan, perr := opts.Plan(lines...)
-			if perr != nil {
-				return perr
-			}
-			rows = append(rows, plan.Skipped(err.Error())...)
 			continue
 		}
 		for _, f := range o.fencing {
@@ -166,6 +158,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 			cfgs = append(cfgs, withRun(cfg))
 		}
 	}
+	// The run plan, once: the skipped rows of the backends that cannot
+	// run, the count of the rest, and what Execute registers (from the
+	// same suite.Options).
+	opts := suite.Options{Scenarios: o.scenarios, Repeat: o.repeat, JUnitReport: o.junit, Shard: o.shard}
+	lines := slices.Clip(down) // appending below leaves down as it is
+	for _, c := range cfgs {
+		lines = append(lines, suite.Line{Backend: c.Name, Fenced: c.Fenced})
+	}
+	plan, err := opts.Plan(lines...)
+	if err != nil {
+		return err
+	}
+	for _, l := range down {
+		rows = append(rows, plan.Of(l.Backend, l.Fenced).Skipped(env.Unavailable[l.Backend].Error())...)
+	}
+	planned := len(plan) - len(rows)
 	if len(cfgs) == 0 {
 		report.Sort(rows, suite.Order()...)
 		res.write(rows, "")
@@ -181,15 +189,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if parallel == 0 {
 		parallel = suite.DefaultParallel()
 	}
-	var lines []suite.Line
-	for _, c := range cfgs {
-		lines = append(lines, suite.Line{Backend: c.Name, Fenced: c.Fenced})
-	}
-	plan, err := opts.Plan(lines...)
-	if err != nil {
-		return err
-	}
-	planned := len(plan)
 	shard := ""
 	if o.shard.Total > 1 {
 		shard = " in shard " + o.shard.String()
@@ -273,7 +272,7 @@ func configure(cfg suite.Config, o options, artifacts string) suite.Config {
 func stalled(rows []report.Row) int {
 	n := 0
 	for _, r := range rows {
-		if r.Verdict == report.Unknown && r.MachineStall != "" {
+		if r.Stalled() {
 			n++
 		}
 	}

@@ -174,7 +174,7 @@ func leaks(t *testing.T, dir string, bufs map[string][]byte, secrets map[string]
 // exits 0 for it). It logs such a row.
 func machinesDoing(t *testing.T, r report.Row) bool {
 	t.Helper()
-	if r.Verdict != report.Unknown || r.MachineStall == "" || r.Writes == 0 {
+	if !r.Stalled() || r.Writes == 0 {
 		return false
 	}
 	t.Logf("%s fencing=%v %s: unknown, the machine's doing: %s", r.Backend, r.Fencing, r.Scenario, r.MachineStall)

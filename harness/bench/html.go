@@ -33,25 +33,25 @@ var htmlPage = template.Must(template.New("bench").Parse(`<p id="bench-machine">
 // has the classes it uses). It escapes every name and reason it shows.
 func HTML(r Report) (template.HTML, error) {
 	var b strings.Builder
-	if err := htmlPage.Execute(&b, htmlData(&r)); err != nil {
+	if err := htmlPage.Execute(&b, htmlData(r)); err != nil {
 		return "", err
 	}
 	return template.HTML(b.String()), nil
 }
 
 // htmlData lays r out for htmlPage.
-func htmlData(r *Report) any {
+func htmlData(r Report) any {
 	type table struct {
 		benchTable
 		Lines []string
 	}
 	var tables []table
-	for _, t := range benchTables(*r) {
+	for _, t := range benchTables(r) {
 		tables = append(tables, table{t, t.lines()})
 	}
 	return map[string]any{
-		"Machine": r.Machine.String(), "Size": sizeLine(*r), "Status": r.Status, "Tables": tables,
-		"Latency": latencyChart(*r), "Throughput": throughputChart(*r),
+		"Machine": r.Machine.String(), "Size": sizeLine(r), "Status": r.Status, "Tables": tables,
+		"Latency": latencyChart(r), "Throughput": throughputChart(r),
 	}
 }
 

@@ -140,14 +140,21 @@ type Row struct {
 //
 // Skipped rows are no finding.
 func (r Row) Finding() bool {
+	if r.Stalled() {
+		return false
+	}
 	switch r.Verdict {
 	case Kept, Broken:
 		return (r.Expected == Kept || r.Expected == Broken) && r.Verdict != r.Expected
 	case Skipped:
 		return false
 	}
-	return r.MachineStall == ""
+	return true // unknown
 }
+
+// Stalled reports whether r is unknown because the machine, not the lock,
+// stalled a holder (MachineStall): no verdict, and no finding.
+func (r Row) Stalled() bool { return r.Verdict == Unknown && r.MachineStall != "" }
 
 // Progress is what a scenario run knows while it runs, for a progress
 // display: how long it has run and plans to, and what its history shows so

@@ -137,10 +137,10 @@ func TestExecute(t *testing.T) {
 	}
 }
 
-// TestSettleBeforeArtifacts: the row that Setup.Settle gives is the one the
+// TestJudgeBeforeArtifacts: the row that Setup.Judge gives is the one the
 // run returns and the one its history and timeline show.
-func TestSettleBeforeArtifacts(t *testing.T) {
-	s := Setup{Backend: "redis", Scenario: "x", Key: "k", Artifacts: t.TempDir(), Settle: func(r report.Row) report.Row {
+func TestJudgeBeforeArtifacts(t *testing.T) {
+	s := Setup{Backend: "redis", Scenario: "x", Key: "k", Artifacts: t.TempDir(), Judge: func(r report.Row) report.Row {
 		r.Verdict, r.Reason = report.Unknown, "the machine held worker 1 up"
 		return r
 	}}
@@ -149,7 +149,7 @@ func TestSettleBeforeArtifacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if row.Verdict != report.Unknown || len(row.Artifacts) != 2 {
-		t.Fatalf("row %s with artifacts %v, want the settled verdict (unknown) and two artifacts", row.Verdict, row.Artifacts)
+		t.Fatalf("row %s with artifacts %v, want the judged verdict (unknown) and two artifacts", row.Verdict, row.Artifacts)
 	}
 	for _, f := range row.Artifacts {
 		b, err := os.ReadFile(f)
@@ -159,10 +159,10 @@ func TestSettleBeforeArtifacts(t *testing.T) {
 		if strings.HasSuffix(f, ".json") {
 			var tl report.Timeline
 			if err := json.Unmarshal(b, &tl); err != nil || tl.Row.Verdict != report.Unknown {
-				t.Errorf("%s: verdict %s (%v), want the settled one (unknown)", f, tl.Row.Verdict, err)
+				t.Errorf("%s: verdict %s (%v), want the judged one (unknown)", f, tl.Row.Verdict, err)
 			}
 		} else if !strings.Contains(string(b), "the machine held worker 1 up") {
-			t.Errorf("%s does not show the settled row's reason", f)
+			t.Errorf("%s does not show the judged row's reason", f)
 		}
 	}
 }

@@ -64,11 +64,11 @@ type Setup struct {
 	// Artifacts, if not empty, is where the run leaves its history and
 	// timeline (suite.Config.Artifacts).
 	Artifacts string
-	// Settle, if not nil, gives the finished row its final verdict before
+	// Judge, if not nil, gives the finished row its final verdict before
 	// the run writes its artifacts and returns it (the suite's: what its
 	// spec expects, and whether the machine's stalls explain a loss), so
 	// that the history and the timeline show the row the run reports.
-	Settle func(report.Row) report.Row
+	Judge func(report.Row) report.Row
 	// Progress, if not nil, is told how the run goes every second.
 	Progress func(report.Progress)
 	// Explain, if not nil, rewrites an error that ends a run with an
@@ -250,8 +250,8 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 	if out.Row != nil {
 		out.Row(&row)
 	}
-	if fx.Settle != nil {
-		row = fx.Settle(row)
+	if fx.Judge != nil {
+		row = fx.Judge(row)
 	}
 	return fx.keep(row), nil
 }
