@@ -1,20 +1,30 @@
 package faults
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // The capabilities that loads and faults read from each other, each
 // optional, found by type assertion (toxiproxy's optional toxic
 // interfaces are the model).
 
 // Holders is what a run knows of who holds its lock, as its clients report
-// it (a chaos worker: from its read until its write). A targeted fault
-// reads it to pick its victim (StopHolder), and Log.Play to mark a span
-// Held.
+// it, on the run's clock (Now). A client holds the lock, in this sense,
+// from its read until its write can be due: a stop then catches the value
+// it read before it writes it back, so a pause there can lose an update.
+// A chaos worker's write is due its section's work after its read, and
+// never while it waits for a stall's heal before its write. A targeted
+// fault reads Holders to pick its victim and to check that its stop came
+// in time (StopHolder), and Log.Play to mark a span Held.
 type Holders interface {
 	// Holder returns a client that holds the lock now, if any.
 	Holder() (client int, ok bool)
 	// Holds reports whether client holds the lock now.
 	Holds(client int) bool
+	// Now is the run's clock (the Log's), on which a StopHolder times the
+	// pause it struck.
+	Now() time.Duration
 }
 
 // Aimable is an optional capability of a Fault that can strike any one of

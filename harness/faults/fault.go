@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -107,7 +108,8 @@ type Span struct {
 	// ("healthy again"); the schedule then prints it.
 	Until string
 	// Held says the victim held the lock when the fault struck; set by the
-	// Log from what the run knows (Log.Strike's held, Log.Play's Holders).
+	// Log from what the run knows (Log.Strike's held, Log.Play's Holders),
+	// or by a fault that struck a holder (StopHolder).
 	Held bool
 	// Uncounted marks a span that is drawn on the timeline but neither
 	// counted by Log.Injected nor printed by Log.Schedule: a stall of one
@@ -124,6 +126,9 @@ type Log struct {
 	mu    sync.Mutex
 	spans []Span
 	open  map[int]func() error // by index in spans
+	// missed: why each of Play's steps that found nothing to strike
+	// struck nothing
+	missed []string
 }
 
 // NewLog returns a Log that reads time from clock.
@@ -149,7 +154,7 @@ func (l *Log) strike(ctx context.Context, f Fault, held func(Span) bool) (heal f
 	if s.Start == 0 {
 		s.Start = start
 	}
-	s.Held = held(s)
+	s.Held = s.Held || held(s)
 	l.mu.Lock()
 	i := len(l.spans)
 	l.spans = append(l.spans, s)
@@ -202,6 +207,15 @@ func (l *Log) Spans() []Span {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]Span(nil), l.spans...)
+}
+
+// Missed says why each step Play left out found nothing to strike, in
+// order ("no worker caught holding the lock before its write within 500ms
+// (3 stops came too late): nothing to strike").
+func (l *Log) Missed() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.missed)
 }
 
 // Injected counts the spans that were struck, Uncounted ones aside.

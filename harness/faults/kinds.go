@@ -172,15 +172,20 @@ func (f *Stop) Inject(context.Context) (func() error, error) {
 func (f *Stop) Span() Span { return Span{Lane: f.Lane, Kind: f.Kind, What: f.What} }
 
 // StopHolder is a targeted pause: it stops (Stop, kind "sigstop") the
-// process of whichever client holds the lock when it strikes, waiting up
-// to Wait for one (polling Holders every millisecond). Procs[i] is client
-// i's process. With no holder by then, Inject returns an error wrapping
-// ErrNoTarget and stops nothing.
+// process of whichever client holds the lock when it strikes (Holders:
+// between its read and its write), waiting up to Wait for one (polling
+// Holders every millisecond). A stop that came too late, the client's
+// write already due by the time it stopped (the client's report of its
+// read reached the run late: a busy machine), is taken back (SIGCONT) and
+// the wait goes on: every pause struck caught its victim before its
+// write. Procs[i] is client i's process. With no holder caught by Wait,
+// Inject returns an error wrapping ErrNoTarget and leaves nothing stopped.
 type StopHolder struct {
 	Procs   []Stopper
 	Holders Holders
 	Wait    time.Duration
-	stop    *Stop // the pause struck, once Inject found a holder
+	stop    *Stop         // the pause struck, once Inject caught a holder
+	at      time.Duration // when it struck, on Holders' clock
 }
 
 func (f *StopHolder) Applies(context.Context) error {
@@ -192,13 +197,27 @@ func (f *StopHolder) Applies(context.Context) error {
 
 func (f *StopHolder) Inject(ctx context.Context) (func() error, error) {
 	deadline := time.Now().Add(f.Wait)
+	late := 0 // stops taken back: they came after the victim's write was due
 	for {
 		if id, ok := f.Holders.Holder(); ok {
-			f.stop = &Stop{Proc: f.Procs[id], Lane: id, Kind: "sigstop", What: workerName(id)}
-			return f.stop.Inject(ctx)
+			s := &Stop{Proc: f.Procs[id], Lane: id, Kind: "sigstop", What: workerName(id)}
+			heal, err := s.Inject(ctx)
+			if err != nil && !errors.Is(err, ErrNoTarget) {
+				return nil, err
+			}
+			if err == nil && f.Holders.Holds(id) {
+				f.stop, f.at = s, f.Holders.Now()
+				return heal, nil
+			}
+			if err == nil {
+				late++
+				if err := heal(); err != nil {
+					return nil, err
+				}
+			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no worker held the lock within %v: %w", f.Wait, ErrNoTarget)
+			return nil, fmt.Errorf("no worker caught holding the lock before its write within %v (%d stops came too late): %w", f.Wait, late, ErrNoTarget)
 		}
 		if err := wait.For(ctx, time.Millisecond); err != nil {
 			return nil, err
@@ -206,8 +225,15 @@ func (f *StopHolder) Inject(ctx context.Context) (func() error, error) {
 	}
 }
 
+// Span is the pause struck, from the stop, its victim holding the lock
+// (Held); before it struck, "the holder".
 func (f *StopHolder) Span() Span {
-	return struckSpan(f.stop, Span{Lane: ServiceLane, Kind: "sigstop", What: "the holder"})
+	if f.stop == nil {
+		return Span{Lane: ServiceLane, Kind: "sigstop", What: "the holder"}
+	}
+	s := f.stop.Span()
+	s.Start, s.Held = f.at, true
+	return s
 }
 
 // struckSpan is the span of the Stop a fault struck, or unstruck before

@@ -45,7 +45,7 @@ func (s Schedule) End() time.Duration {
 // clock, and heals each For after it struck (or once ctx is done). holds,
 // if not nil, tells whether a client holds the lock as a step strikes
 // (Span.Held). A step whose Inject finds nothing to strike (ErrNoTarget)
-// is left out: nothing is recorded. Play returns nil once every step has
+// is left out: no span is recorded, and its error is kept (Log.Missed). Play returns nil once every step has
 // healed or ctx is done, or the first other error of a strike or a heal
 // (whatever struck is left for Log.HealAll).
 func (l *Log) Play(ctx context.Context, s Schedule, start time.Duration, holds Holders) error {
@@ -56,6 +56,9 @@ func (l *Log) Play(ctx context.Context, s Schedule, start time.Duration, holds H
 		heal, err := l.strike(ctx, st.Fault, func(sp Span) bool { return holds != nil && holds.Holds(sp.Lane) })
 		switch {
 		case errors.Is(err, ErrNoTarget):
+			l.mu.Lock()
+			l.missed = append(l.missed, err.Error())
+			l.mu.Unlock()
 			continue
 		case ctx.Err() != nil:
 			return nil

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -36,6 +37,7 @@ type holders struct{ holder int }
 
 func (h holders) Holder() (int, bool) { return h.holder, h.holder >= 0 }
 func (h holders) Holds(c int) bool    { return c == h.holder }
+func (h holders) Now() time.Duration  { return 0 }
 
 func victims(s Schedule) string {
 	out := ""
@@ -96,3 +98,54 @@ func TestPlay(t *testing.T) {
 		t.Errorf("the last step struck at %v, before its At (6ms)", spans[1].Start)
 	}
 }
+
+// late is the Holders of one worker whose report of its read comes late:
+// the run hears of each hold once its write is already due, so Holds is
+// false once a stop has been sent (stopped counts the worker's stops).
+type late struct{ stopped *proc }
+
+func (h late) Holder() (int, bool) { return 0, true }
+func (h late) Holds(int) bool {
+	h.stopped.mu.Lock()
+	defer h.stopped.mu.Unlock()
+	return h.stopped.stops == 0
+}
+func (h late) Now() time.Duration { return 0 }
+
+// TestStopHolderTakesBackLateStops: a stop that lands after its victim's
+// write was due (a busy machine delayed the worker's report) is taken
+// back at once, and the pause is not struck; a stop in time is struck,
+// Held, and timed from the stop.
+func TestStopHolderTakesBackLateStops(t *testing.T) {
+	w := &proc{}
+	f := &StopHolder{Procs: []Stopper{w}, Holders: late{w}, Wait: 20 * time.Millisecond}
+	if _, err := f.Inject(context.Background()); !errors.Is(err, ErrNoTarget) {
+		t.Fatalf("Inject with only late stops: %v, want ErrNoTarget", err)
+	}
+	if w.stops == 0 || w.stops != w.cont {
+		t.Errorf("worker stopped %d times, continued %d: want every late stop taken back", w.stops, w.cont)
+	}
+	in := &proc{}
+	f = &StopHolder{Procs: []Stopper{in}, Holders: clocked{holders{0}, 7 * time.Second}, Wait: time.Second}
+	heal, err := f.Inject(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.stops != 1 || in.cont != 0 {
+		t.Errorf("stopped %d, continued %d before the heal: want 1 and 0", in.stops, in.cont)
+	}
+	if sp := f.Span(); !sp.Held || sp.Start != 7*time.Second || sp.What != "w0" {
+		t.Errorf("span %+v: want w0, Held, starting at the stop (7s)", sp)
+	}
+	if err := heal(); err != nil || in.cont != 1 {
+		t.Errorf("heal: %v, continued %d: want the stop healed once", err, in.cont)
+	}
+}
+
+// clocked is Holders at a fixed time.
+type clocked struct {
+	holders
+	at time.Duration
+}
+
+func (h clocked) Now() time.Duration { return h.at }

@@ -239,6 +239,7 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 	if out.Amend != nil {
 		out.Amend(&res)
 	}
+	untested(&res, fx.Schedule, fx.Log)
 	for _, n := range []string{out.Note, sessionNote(fx.Rec.Sections())} {
 		if n != "" {
 			res.Reason = strings.TrimPrefix(res.Reason+"; "+n, "; ")
@@ -254,6 +255,20 @@ func execute(ctx context.Context, s Setup, l Load, n Nemesis) (row report.Row, e
 		row = fx.Judge(row)
 	}
 	return fx.keep(row), nil
+}
+
+// untested makes a kept row unknown when its schedule had faults and none
+// of them struck: nothing was tested (a loss stands, it needed no fault).
+func untested(res *checker.Result, s faults.Schedule, l *faults.Log) {
+	if res.Verdict != checker.Kept || len(s.Steps) == 0 || l.Injected() > 0 {
+		return
+	}
+	why := ""
+	if m := l.Missed(); len(m) > 0 {
+		why = " (" + m[0] + ")"
+	}
+	res.Verdict = checker.Unknown
+	res.Reason = fmt.Sprintf("none of the schedule's %d faults struck%s: nothing was tested; rerun with fewer runs at once (--parallel) on a busy machine", len(s.Steps), why)
 }
 
 // fault makes the run's fault (nil: none) and checks that it applies,

@@ -47,31 +47,44 @@ type Workers struct {
 	holding *holders
 }
 
-// holders is who holds the lock as the workers report it, from their read
-// to the end of their section (its write, reported before the release): a
-// stop there lets the value read go stale, so a targeted pause
-// (faults.StopHolder) strikes a section whose update it can lose
-// (faults.Holders).
+// holders is who holds the lock as the workers report it (faults.Holders):
+// a worker holds it from its read (the event's time, on the recorder's
+// clock) until its write is due, its read plus work, and while it waits
+// for a stall's heal before its write; its section (written or refused)
+// and its release end it. A stop then lets the value read go stale, so a
+// targeted pause (faults.StopHolder) strikes a section whose update it
+// can lose, and takes back a stop that came after the write was due.
 type holders struct {
-	mu sync.Mutex
-	by map[int]bool
+	now  func() time.Duration
+	work time.Duration
+	mu   sync.Mutex
+	by   map[int]time.Duration // until when each holder holds; -1: until its section
 }
 
-func (h *holders) set(id int, holds bool) {
+// read records client id's read at t; asked, its stall before its write;
+// done, the end of its hold (its section or its release).
+func (h *holders) read(id int, t time.Duration) { h.set(id, t+h.work) }
+func (h *holders) asked(id int)                 { h.set(id, -1) }
+func (h *holders) done(id int)                  { h.set(id, 0) }
+
+func (h *holders) set(id int, until time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if holds {
-		h.by[id] = true
-	} else {
+	if until == 0 {
 		delete(h.by, id)
+	} else {
+		h.by[id] = until
 	}
 }
 
 func (h *holders) Holder() (int, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for id := range h.by {
-		return id, true
+	now := h.now()
+	for id, until := range h.by {
+		if until < 0 || now < until {
+			return id, true
+		}
 	}
 	return 0, false
 }
@@ -79,8 +92,11 @@ func (h *holders) Holder() (int, bool) {
 func (h *holders) Holds(id int) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.by[id]
+	until, ok := h.by[id]
+	return ok && (until < 0 || h.now() < until)
 }
+
+func (h *holders) Now() time.Duration { return h.now() }
 
 // readyTimeout bounds how long the workers may take to start.
 const readyTimeout = 60 * time.Second
@@ -103,7 +119,7 @@ func (w *Workers) Prepare(ctx context.Context, fx *Fixture) error {
 		os.RemoveAll(logDir)
 	})
 	w.events = make(chan worker.Event, 4096)
-	w.holding = &holders{by: map[int]bool{}}
+	w.holding = &holders{now: fx.Rec.Now, work: fx.Work, by: map[int]time.Duration{}}
 	starter := w.Starter
 	if starter == nil {
 		starter = worker.Local{}
@@ -184,12 +200,13 @@ loop: // the recorder: the workers' events
 			switch ev.Kind {
 			case "section": // written (or refused): its read can no longer be lost
 				fx.Rec.Add(*ev.Section)
-				w.holding.set(ev.Client, false)
+				w.holding.done(ev.Client)
 			case "read":
-				w.holding.set(ev.Client, true)
+				w.holding.read(ev.Client, ev.T)
 			case "released":
-				w.holding.set(ev.Client, false)
+				w.holding.done(ev.Client)
 			case "stall":
+				w.holding.asked(ev.Client)
 				asked++
 				stalls.Add(1)
 				go func(id int) {
