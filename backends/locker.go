@@ -1,9 +1,9 @@
 // Package backends defines the contract every lock under test implements,
 // and holds one sub-package per adapter: the lock services' own locks
-// (consul, etcd, postgres, redis, zookeeper, mysql, natskv, k8slease) and
-// lock libraries as they ship (consullock, etcdmutex, pgxact, redsync,
-// zklock, leaderelection), and foreign: a lock library of any language,
-// run by a worker process that speaks the worker protocol
+// (consul, etcd, postgres, redis, zookeeper, mysql, natskv, memcached,
+// k8slease) and lock libraries as they ship (consullock, etcdmutex,
+// pgxact, redsync, zklock, leaderelection), and foreign: a lock library of
+// any language, run by a worker process that speaks the worker protocol
 // (docs/protocol.md). suite/local's table puts each on its service.
 //
 // The contract is deliberately small: a Locker grants Leases, a Lease carries

@@ -34,6 +34,10 @@
 #   mysql           MariaDB's server (apt mariadb-server, 10.11 on Debian
 #                   12), for GET_LOCK; the harness makes a throwaway server
 #                   with mariadb-install-db
+#   memcached       memcached 1.6 (apt memcached, 1.6.18 on Debian 12), for
+#                   the meta protocol's add and compare-and-delete; the
+#                   harness runs it itself (the package's service is
+#                   stopped)
 #   zookeeper, zookeeper-ensemble
 #                   ZooKeeper 3.8 (apt zookeeper, with Java 17); the harness
 #                   runs the server's jar with java itself (no service is
@@ -99,7 +103,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # services is every name plan knows, in suite/local's table order, then
 # tests.
-services="consul etcd postgres redis zookeeper mysql nats kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync pgbouncer-one pgbouncer pgbouncer-session kube-cluster redis-py kazoo redlock-js redis-semaphore curator languages tests"
+services="consul etcd postgres redis zookeeper mysql nats memcached kube redis-3 consul-cluster etcd-cluster redis-sentinel zookeeper-ensemble nats-cluster redis-aof redis-aof-always nats-kv-sync pgbouncer-one pgbouncer pgbouncer-session kube-cluster redis-py kazoo redlock-js redis-semaphore curator languages tests"
 
 # plan SERVICE prints what SERVICE needs, one "apt PACKAGE" or "build
 # BINARY" line each; it fails for an unknown SERVICE. A new service adds
@@ -112,6 +116,7 @@ plan() {
     postgres) echo "apt postgresql-15" ;;
     pgbouncer | pgbouncer-one | pgbouncer-session) echo "apt postgresql-15"; echo "apt pgbouncer" ;;
     mysql) echo "apt mariadb-server" ;;
+    memcached) echo "apt memcached" ;;
     zookeeper | zookeeper-ensemble) echo "apt zookeeper" ;;
     consul | consul-cluster) echo "build consul" ;;
     kube) echo "build kube-apiserver" ;;
@@ -140,6 +145,7 @@ have() {
     pgbouncer) command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] ;;
     postgresql-15) have_pg ;;
     mariadb-server) have_mariadb ;;
+    memcached) command -v memcached >/dev/null || [ -x /usr/bin/memcached ] ;;
     faketime) have_faketime ;;
     zookeeper) [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null ;;
     chromium) command -v chromium >/dev/null || command -v chromium-browser >/dev/null ;;
@@ -329,6 +335,7 @@ if [ ${#pkgs[@]} -gt 0 ]; then
       redis-server | redis-sentinel) svc=$p ;;
       postgresql*) svc=postgresql ;;
       mariadb-server) svc=mariadb ;;
+      memcached) svc=memcached ;;
       containerd) svc=containerd ;; # the cluster's node runs a containerd of its own
       pgbouncer) svc=pgbouncer ;;
       *) continue ;;

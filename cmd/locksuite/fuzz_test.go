@@ -13,7 +13,7 @@ import (
 // never panics. Arguments are the input split on spaces.
 func FuzzParseRun(f *testing.F) {
 	for _, s := range []string{
-		"", "--backends etcd", "--backends redis,memcached", "--scenarios all --fencing off,on",
+		"", "--backends etcd", "--backends redis,hazelcast", "--scenarios all --fencing off,on",
 		"--lease 200ms --pause 1.5s --pauses 3", "--lease -1s", "--duration 0s", "--repeat 0",
 		"--workers 1", "--seed 18446744073709551615", "--seed -1", "--lease 9223372036854775807ns",
 		"--interval 1h --stall-every 2", "--store sqlite", "extra", "--json", "-h", "--chaos-duration 1e9",

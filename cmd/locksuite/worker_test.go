@@ -69,7 +69,7 @@ func TestWorkerFlagRefused(t *testing.T) {
 		want string
 	}{
 		{[]string{"--worker", "python3 w.py"}, "--worker needs --service"},
-		{[]string{"--worker", "python3 w.py", "--service", "memcached"}, `--service "memcached": choose one of`},
+		{[]string{"--worker", "python3 w.py", "--service", "hazelcast"}, `--service "hazelcast": choose one of`},
 		{[]string{"--service", "redis"}, "go with --worker"},
 		{[]string{"--worker", "python3 w.py", "--service", "redis", "--worker-name", "redis"}, "not a backend's"},
 	} {

@@ -24,6 +24,8 @@
 //	MYSQL_URL          a go-sql-driver DSN or mysql:// URL of a MySQL or MariaDB server
 //	NATS_URL           nats://[user:password@]host:port, comma-separated, of a
 //	                   NATS server with JetStream
+//	MEMCACHE_SERVERS   host:port of a memcached 1.6 or later (the first of a
+//	                   comma-separated list; the variable Rails' Dalli reads)
 //	LOCKSUITE_PGBOUNCER_ONE_URL, LOCKSUITE_PGBOUNCER_URL, LOCKSUITE_PGBOUNCER_SESSION_URL
 //	                   a PgBouncer (or another pooler) in front of Postgres, in
 //	                   transaction pooling with one server connection, in
@@ -77,7 +79,7 @@ import (
 
 // Names are the backends this package can provide, in report order: one
 // adapter per lock service (consul, etcd, postgres, redis, zookeeper,
-// mysql, nats-kv). "all" in the CLI.
+// mysql, nats-kv, memcached). "all" in the CLI.
 var Names = namesOf(adapter)
 
 // Libraries are the lock libraries this package can provide, each used as

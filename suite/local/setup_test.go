@@ -74,7 +74,7 @@ func TestSetupServices(t *testing.T) {
 		// No argument: everything (what ci/setup.sh installed before it
 		// took any, and PgBouncer since the poolers).
 		{nil, []string{"build consul", "apt postgresql-15", "apt redis-server", "apt faketime", "apt zookeeper", "apt mariadb-server",
-			"build kube-apiserver", "apt redis-sentinel", "apt pgbouncer", "apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
+			"apt memcached", "build kube-apiserver", "apt redis-sentinel", "apt pgbouncer", "apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
 			"build kubelet", "build kube-controller-manager", "build kube-scheduler", "apt python3-redis", "apt python3-kazoo", "apt nodejs", "apt npm",
 			"apt openjdk-17-jdk-headless", "apt libcurator-recipes-java", "apt chromium", "apt docker-compose"}},
 		{[]string{"kube-cluster"}, []string{"apt containerd", "apt runc", "apt containernetworking-plugins", "apt iptables",
@@ -94,8 +94,8 @@ func TestSetupServices(t *testing.T) {
 		}
 	}
 
-	_, err = setupScript(t, "--list", "redis", "memcached")
-	if err == nil || !strings.Contains(err.Error(), `unknown service "memcached": choose from consul etcd`) {
-		t.Errorf("ci/setup.sh --list redis memcached: %v, want an error naming memcached and the choices", err)
+	_, err = setupScript(t, "--list", "redis", "hazelcast")
+	if err == nil || !strings.Contains(err.Error(), `unknown service "hazelcast": choose from consul etcd`) {
+		t.Errorf("ci/setup.sh --list redis hazelcast: %v, want an error naming hazelcast and the choices", err)
 	}
 }

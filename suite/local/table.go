@@ -140,6 +140,7 @@ var byService = [][]backend{
 	zookeeperBackends,
 	mysqlBackends,
 	natsBackends,
+	memcachedBackends,
 	kubeBackends,
 	pgbouncerBackends,
 	languageBackends,

@@ -73,7 +73,7 @@ func TestTable(t *testing.T) {
 func TestConfigFor(t *testing.T) {
 	e := &Env{endpoint: map[string]string{"redis": "127.0.0.1:1"}, conns: map[string]*conn{}, Unavailable: map[string]error{}, started: map[string]suite.Servers{}}
 	ours := func(context.Context, suite.Client) (backends.Locker, error) { return nil, nil }
-	if _, err := e.ConfigFor("mine", "memcached", false, ours); err == nil || !strings.Contains(err.Error(), `"memcached"`) {
+	if _, err := e.ConfigFor("mine", "hazelcast", false, ours); err == nil || !strings.Contains(err.Error(), `"hazelcast"`) {
 		t.Errorf("unknown service: %v", err)
 	}
 	if _, err := e.ConfigFor("mine", "consul", false, ours); err == nil || !strings.Contains(err.Error(), "consul is not available") {
