@@ -256,7 +256,13 @@ func checkKubernetes(o options, backends string) error {
 	}
 	for _, b := range o.backends {
 		if !slices.Contains(kubeBackends, b) {
-			return &usageError{fmt.Sprintf("--kubernetes runs %s only, for now: drop %s from --backends", strings.Join(kubeBackends, ","), b)}
+			why := ""
+			for _, s := range local.Services() {
+				if slices.Contains(s.Backends, b) {
+					why = fmt.Sprintf(" (its service, %s, has no pod in harness/kuberun)", s.Name)
+				}
+			}
+			return &usageError{fmt.Sprintf("--kubernetes runs %s only, for now: drop %s from --backends%s", strings.Join(kubeBackends, ","), b, why)}
 		}
 	}
 	return nil

@@ -50,7 +50,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "--namespace", "ci"}, "--namespace and --image go with --kubernetes"},
 		{[]string{"run", "--kubernetes", "--backends", "etcd"}, "--kubernetes needs --image"},
 		{[]string{"run", "--kubernetes", "--image", "x:1"}, "--kubernetes runs etcd,etcd-mutex,redis,redsync,nats-kv only, for now: give --backends etcd,redis"},
-		{[]string{"run", "--kubernetes", "--image", "x:1", "--backends", "etcd,consul"}, "drop consul from --backends"},
+		{[]string{"run", "--kubernetes", "--image", "x:1", "--backends", "etcd,memcached"}, "drop memcached from --backends (its service, memcached, has no pod in harness/kuberun)"},
 		{[]string{"run", "--kubernetes", "--image", "x:1", "--backends", "etcd", "--store", "postgres"}, "drop --store postgres"},
 		{[]string{"sweep", "--backend", "hazelcast"}, `--backend: unknown "hazelcast"`},
 		{[]string{"sweep", "--leases", "0s"}, `--leases: "0s" is not a positive duration`},
