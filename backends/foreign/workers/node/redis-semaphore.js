@@ -3,10 +3,10 @@
 // "mutex:" + key (the library's prefix), set with PX lockTimeout, refreshed
 // every 0.8 × lockTimeout while held, and onLockLost called when a refresh
 // finds it gone. It has no fencing token.
-const Redis = require('ioredis');
 const { Mutex, TimeoutError } = require('redis-semaphore');
 const { delIfEqualLua } = require('redis-semaphore/lib/mutex/release');
 const { run, version, WorkerError } = require('./locksuite-worker');
+const { connect } = require('./redis-client');
 
 let redis, key, leaseMs, lost;
 let held = null; // { lease, mutex }
@@ -19,12 +19,7 @@ run({
   async init(msg, lostFn) {
     ({ key, lease_ms: leaseMs } = msg);
     lost = lostFn;
-    // Short timeouts: a cut or blackholed connection fails its command
-    // instead of hanging the worker; it reconnects when the path is back.
-    redis = new Redis(msg.url, { username: msg.username || undefined, password: msg.password || undefined,
-      maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 1000,
-      retryStrategy: (times) => Math.min(times * 50, 500) });
-    redis.on('error', (e) => console.error('ioredis:', e.message));
+    redis = connect(msg);
     return { ttl_ms: leaseMs, expiry_ms: leaseMs }; // Redis frees a PX key on time
   },
   async acquire(timeoutMs) {

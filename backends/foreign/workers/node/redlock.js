@@ -2,9 +2,9 @@
 // npm redlock 5 on one Redis server, as its users run it: using(), which
 // extends the lock automatically while its routine runs and aborts the
 // routine's signal when an extension fails. redlock has no fencing token.
-const Redis = require('ioredis');
 const { default: Redlock, ExecutionError, ResourceLockedError } = require('redlock');
 const { run, version, WorkerError } = require('./locksuite-worker');
+const { connect } = require('./redis-client');
 
 let redis, redlock, key, leaseMs, lost;
 let held = null; // the lease whose using() routine runs: { lease, signal, finish, done }
@@ -33,12 +33,7 @@ run({
   async init(msg, lostFn) {
     ({ key, lease_ms: leaseMs } = msg);
     lost = lostFn;
-    // Short timeouts: a cut or blackholed connection fails its command
-    // instead of hanging the worker; it reconnects when the path is back.
-    redis = new Redis(msg.url, { username: msg.username || undefined, password: msg.password || undefined,
-      maxRetriesPerRequest: 1, connectTimeout: 1000, commandTimeout: 1000,
-      retryStrategy: (times) => Math.min(times * 50, 500) });
-    redis.on('error', (e) => console.error('ioredis:', e.message));
+    redis = connect(msg);
     // Extend 500 ms before expiry (redlock's default) when the lease is long, halfway through a short one (using() wants lease - 100 ms at most); driftFactor and retries stay redlock's.
     redlock = new Redlock([redis], { automaticExtensionThreshold: Math.min(500, Math.floor(leaseMs / 2)) });
     redlock.on('error', (e) => { if (!(e instanceof ResourceLockedError)) console.error('redlock:', e.message); });
