@@ -21,29 +21,46 @@ func TestShipped(t *testing.T) {
 		t.Run(w.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			p, err := w.Prepare(ctx)
-			var m *Missing
-			if errors.As(err, &m) {
-				t.Skip(m)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := prepare(t, ctx, w)
 			addr := startService(t, ctx, w.Service)
 			url := addr
 			if w.Service == "redis" {
 				url = "redis://" + addr + "/0"
 			}
-			var out strings.Builder
-			err = foreign.Check(ctx, func(ctx context.Context, n int) (*foreign.Locker, error) {
-				return foreign.New(ctx, foreign.Config{Command: p.Command, Dir: p.Dir, Name: w.Name, Client: n,
-					Key: "locksuite-check-" + w.Name, Lease: time.Second, Service: w.Service, Addrs: []string{addr}, URL: url})
-			}, &out)
-			t.Log("\n" + out.String())
-			if err != nil {
-				t.Fatal(err)
-			}
+			check(t, ctx, foreign.Config{Command: p.Command, Dir: p.Dir, Name: w.Name,
+				Key: "locksuite-check-" + w.Name, Lease: time.Second, Service: w.Service, Addrs: []string{addr}, URL: url})
 		})
+	}
+}
+
+// prepare is w.Prepare, skipping the test when this machine lacks w's
+// runtime or packages.
+func prepare(t *testing.T, ctx context.Context, w Worker) Prepared {
+	t.Helper()
+	p, err := w.Prepare(ctx)
+	var m *Missing
+	if errors.As(err, &m) {
+		t.Skip(m)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// check walks the protocol (foreign.Check) with workers started from cfg,
+// each with its client number as Client, and logs the walk.
+func check(t *testing.T, ctx context.Context, cfg foreign.Config) {
+	t.Helper()
+	var out strings.Builder
+	err := foreign.Check(ctx, func(ctx context.Context, n int) (*foreign.Locker, error) {
+		c := cfg
+		c.Client = n
+		return foreign.New(ctx, c)
+	}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -76,14 +93,7 @@ func TestYourLockWorker(t *testing.T) {
 	w, _ := Lookup("redis-py")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := w.Prepare(ctx)
-	var m *Missing
-	if errors.As(err, &m) {
-		t.Skip(m)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := prepare(t, ctx, w)
 	doc, err := os.ReadFile("../../../docs/your-lock.md")
 	if err != nil {
 		t.Fatal(err)
@@ -105,13 +115,6 @@ func TestYourLockWorker(t *testing.T) {
 		}
 	}
 	addr := startService(t, ctx, "redis")
-	var out strings.Builder
-	err = foreign.Check(ctx, func(ctx context.Context, n int) (*foreign.Locker, error) {
-		return foreign.New(ctx, foreign.Config{Command: []string{Python, "-B", "my_worker.py"}, Dir: dir, Client: n,
-			Key: "locksuite-your-lock", Lease: time.Second, Service: "redis", Addrs: []string{addr}, URL: "redis://" + addr + "/0"})
-	}, &out)
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	check(t, ctx, foreign.Config{Command: []string{Python, "-B", "my_worker.py"}, Dir: dir,
+		Key: "locksuite-your-lock", Lease: time.Second, Service: "redis", Addrs: []string{addr}, URL: "redis://" + addr + "/0"})
 }
