@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -106,13 +105,8 @@ func TestUnreachableBackend(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d, want 0 (a missing backend is reported, not a finding)\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	var rows []report.Row
-	b, _ := os.ReadFile(jsonPath)
-	if err := json.Unmarshal(b, &rows); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]report.Row{}
-	for _, r := range rows {
+	for _, r := range readRowsFile(t, jsonPath) {
 		got[r.Backend] = r
 	}
 	if r := got["redis"]; r.Verdict != report.Skipped || !strings.Contains(r.Reason, "REDIS_URL") {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,13 +34,8 @@ func TestWorkerFlag(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%v, want exit 0\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 	}
-	var rows []report.Row
-	b, _ := os.ReadFile(jsonPath)
-	if err := json.Unmarshal(b, &rows); err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]report.Row{}
-	for _, r := range rows {
+	for _, r := range readRowsFile(t, jsonPath) {
 		if r.Backend != "kazoo-semaphore" {
 			t.Errorf("row of %q: only the worker's rows were asked for", r.Backend)
 		}
