@@ -7,6 +7,13 @@
 //
 // Or, instead of starting one, the suite connects to a server the user names
 // (see Env); such servers are never stopped or cleaned by this package.
+//
+// It starts the servers that are external binaries (Redis, Sentinel,
+// Postgres, PgBouncer, MariaDB, ZooKeeper, Consul), and is the kit (Base,
+// Group, Launch, ...) that the servers whose Go code the harness links, or
+// whose clients are large, are built from in packages of their own:
+// harness/services/etcd, nats and kube. It imports none of those, so that
+// a test which starts a server here compiles little.
 package servers
 
 import (
