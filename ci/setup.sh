@@ -60,7 +60,7 @@
 #   etcd, etcd-cluster, nats, nats-cluster
 #                   nothing: the harness embeds the real servers
 #   kube-cluster    a Kubernetes cluster of the harness's own
-#                   (servers.StartKubeCluster): kubelet,
+#                   (kubecluster.Start): kubelet,
 #                   kube-controller-manager and kube-scheduler 1.37.2 built in
 #                   the same go build as kube-apiserver and cached beside it
 #                   (each named by LOCKSUITE_KUBELET,

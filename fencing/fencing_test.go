@@ -17,6 +17,7 @@ import (
 	"github.com/locksuite/locksuite/fencing/pgstore"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
+	"github.com/locksuite/locksuite/harness/services/etcd"
 )
 
 // TestStores runs the same table against a real Postgres and a real
@@ -25,7 +26,7 @@ import (
 func TestStores(t *testing.T) {
 	ctx := servertest.Slow(t, "starts real servers", 2*time.Minute)
 	pool := startPostgres(t)
-	et := servertest.Start(t, ctx, servers.StartEtcd)
+	et := servertest.Start(t, ctx, etcd.Start)
 	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{et.Endpoint()}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

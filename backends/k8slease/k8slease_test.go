@@ -14,10 +14,10 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/kube/kubetest"
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/kube"
 )
 
-func newLocker(t *testing.T, s servers.Kube, name string, dial func(context.Context, string, string) (net.Conn, error)) *locker {
+func newLocker(t *testing.T, s kube.API, name string, dial func(context.Context, string, string) (net.Conn, error)) *locker {
 	t.Helper()
 	l, err := New(Config{Rest: s.RestConfig(), Namespace: s.Namespace(), Name: name, TTL: time.Second, Dial: dial})
 	return lockertest.Managed(t, l, err, false).(*locker)

@@ -72,7 +72,7 @@ import (
 // Config describes one client of one leader election.
 type Config struct {
 	// Rest is the API server and the credentials (a copy is used).
-	// Required: servers.Kube.RestConfig, or clientcmd's from a kubeconfig.
+	// Required: kube.API.RestConfig (harness/services/kube), or clientcmd's from a kubeconfig.
 	// The user needs get, create, update and delete on
 	// coordination.k8s.io leases in Namespace.
 	Rest *rest.Config

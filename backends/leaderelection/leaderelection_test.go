@@ -10,10 +10,10 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/kube/kubetest"
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/kube"
 )
 
-func newLocker(t *testing.T, s servers.Kube, name string, ttl time.Duration, dial func(context.Context, string, string) (net.Conn, error)) *locker {
+func newLocker(t *testing.T, s kube.API, name string, ttl time.Duration, dial func(context.Context, string, string) (net.Conn, error)) *locker {
 	t.Helper()
 	l, err := New(Config{Rest: s.RestConfig(), Namespace: s.Namespace(), Name: name, TTL: ttl, Dial: dial})
 	return lockertest.Managed(t, l, err, false).(*locker)
@@ -40,7 +40,7 @@ func TestExclusiveAndFenced(t *testing.T) {
 // stall makes a leader a (TTL ttl, its path to the API server p) and a
 // waiting elector b (RetryPeriod retryB), freezes p half a second after a
 // leads, and returns a's lease, and b's grant and when b.Acquire returned.
-func stall(t *testing.T, ctx context.Context, s servers.Kube, name string, ttl, retryB time.Duration, p *faults.Path) (*lease, *lease, time.Time) {
+func stall(t *testing.T, ctx context.Context, s kube.API, name string, ttl, retryB time.Duration, p *faults.Path) (*lease, *lease, time.Time) {
 	t.Helper()
 	a := newLocker(t, s, name, ttl, p.Dial)
 	bl, err := New(Config{Rest: s.RestConfig(), Namespace: s.Namespace(), Name: name, TTL: ttl, RetryPeriod: retryB})

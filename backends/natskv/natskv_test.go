@@ -18,14 +18,15 @@ import (
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
+	natsservice "github.com/locksuite/locksuite/harness/services/nats"
 )
 
 // url is the server the tests use: NATS_URL if set, else a server the
-// test embeds (servers.StartNATS).
+// test embeds (natsservice.Start).
 var url string
 
 func TestMain(m *testing.M) {
-	os.Exit(lockertest.Main(m, "NATS_URL", &url, servers.StartNATS, (*servers.NATS).URL))
+	os.Exit(lockertest.Main(m, "NATS_URL", &url, natsservice.Start, (*natsservice.Server).URL))
 }
 
 // newLocker returns a Locker of key, through proxy p if not nil, closed and
@@ -190,7 +191,7 @@ func TestServerTTLResolution(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	ctx := servertest.Slow(t, "starts a three-server cluster", 2*time.Minute)
 	// Stopped after the lockers' cleanup.
-	c := servertest.Cluster(t, ctx, servers.StartNATSCluster, 3)
+	c := servertest.Cluster(t, ctx, natsservice.StartCluster, 3)
 	key := t.Name()
 	mk := func(cleanup bool) backends.Locker {
 		l, err := New(Config{URL: c.Endpoint(), Key: key, Replicas: 3})
@@ -280,7 +281,7 @@ func TestClusterFailover(t *testing.T) {
 // refused at once.
 func TestAuthAndTLS(t *testing.T) {
 	// Stopped after the lockers' cleanup.
-	s := servertest.Start(t, context.Background(), servers.StartNATS, servers.WithAuth(), servers.WithTLS())
+	s := servertest.Start(t, context.Background(), natsservice.Start, servers.WithAuth(), servers.WithTLS())
 	tc, err := s.Secrets().ClientTLS()
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/locksuite/locksuite/harness/bench"
-	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
+	"github.com/locksuite/locksuite/harness/services/etcd"
 )
 
 // TestBench runs locksuite bench end to end on an embedded etcd, with tiny
@@ -23,7 +23,7 @@ import (
 // the Markdown and the HTML say so, and nothing is left on the server.
 func TestBench(t *testing.T) {
 	ctx := servertest.Slow(t, "starts embedded etcd", 3*time.Minute)
-	et := servertest.Start(t, ctx, servers.StartEtcd)
+	et := servertest.Start(t, ctx, etcd.Start)
 	t.Setenv("ETCDCTL_ENDPOINTS", et.Endpoint())
 	dir := t.TempDir()
 	jsonPath, mdPath, htmlPath := filepath.Join(dir, "b.json"), filepath.Join(dir, "b.md"), filepath.Join(dir, "b.html")

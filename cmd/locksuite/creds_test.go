@@ -9,6 +9,7 @@ import (
 
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
+	"github.com/locksuite/locksuite/harness/services/nats"
 )
 
 // TestBadCredentialsMySQLNATS: a MYSQL_URL or NATS_URL with a wrong or
@@ -18,7 +19,7 @@ import (
 func TestBadCredentialsMySQLNATS(t *testing.T) {
 	ctx := servertest.Slow(t, "starts real servers", 3*time.Minute)
 	my := servertest.Start(t, ctx, servers.StartMariaDB, servers.WithAuth())
-	nt := servertest.Start(t, ctx, servers.StartNATS, servers.WithAuth())
+	nt := servertest.Start(t, ctx, nats.Start, servers.WithAuth())
 	const wrong = "wrongpw0123456789"
 	myPass := my.Secrets().Password
 	natsUser, natsPass := nt.Secrets().User, nt.Secrets().Password

@@ -31,10 +31,11 @@ import (
 	"github.com/locksuite/locksuite/harness/kuberun"
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/kube/kubecluster"
 )
 
 // TestKubernetesRun runs `locksuite run --kubernetes` on a cluster of two
-// nodes that the harness starts (servers.StartKubeCluster): etcd, Redis
+// nodes that the harness starts (kubecluster.Start): etcd, Redis
 // (an image of Debian's redis-server) and NATS as pods under the supervisor that
 // crashes them for server-crash and stops them for server-stall, the chaos workers as pods spread over the
 // nodes, the driver (the CLI, the
@@ -172,7 +173,7 @@ func TestKubernetesRun(t *testing.T) {
 }
 
 // awaitWorkerPods waits until a worker pod of a run runs in c.
-func awaitWorkerPods(ctx context.Context, t *testing.T, c *servers.KubeCluster) {
+func awaitWorkerPods(ctx context.Context, t *testing.T, c *kubecluster.Cluster) {
 	t.Helper()
 	cs, err := corev1client.NewForConfig(c.RestConfig())
 	if err != nil {
@@ -194,7 +195,7 @@ func awaitWorkerPods(ctx context.Context, t *testing.T, c *servers.KubeCluster) 
 
 // runsLeft are the ids of the runs whose ConfigMap is in c's namespace,
 // and how long after its creation each one's heartbeat was last renewed.
-func runsLeft(ctx context.Context, t *testing.T, c *servers.KubeCluster) ([]string, []time.Duration) {
+func runsLeft(ctx context.Context, t *testing.T, c *kubecluster.Cluster) ([]string, []time.Duration) {
 	t.Helper()
 	cs, err := corev1client.NewForConfig(c.RestConfig())
 	if err != nil {
@@ -250,7 +251,7 @@ func runKubeCLI(t *testing.T, bin, dir, name string, start func(*exec.Cmd) error
 }
 
 // writeKubeconfig writes a kubeconfig of c's user "locksuite" in dir.
-func writeKubeconfig(t *testing.T, c *servers.KubeCluster, dir string, rc *rest.Config) string {
+func writeKubeconfig(t *testing.T, c *kubecluster.Cluster, dir string, rc *rest.Config) string {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: rc.Host, CertificateAuthority: rc.CAFile, TLSServerName: rc.ServerName}
@@ -266,17 +267,17 @@ func writeKubeconfig(t *testing.T, c *servers.KubeCluster, dir string, rc *rest.
 
 // driverRole applies the Role and RoleBinding of docs/kubernetes.md (its
 // yaml block, as written) to c as its administrator, after checking that
-// servers.KubeDriverUser, whom the binding names, may not list pods before
+// kubecluster.DriverUser, whom the binding names, may not list pods before
 // it, and returns that user's configuration.
-func driverRole(ctx context.Context, t *testing.T, c *servers.KubeCluster) *rest.Config {
+func driverRole(ctx context.Context, t *testing.T, c *kubecluster.Cluster) *rest.Config {
 	t.Helper()
-	rc := c.RestConfigAs(servers.KubeDriverUser)
+	rc := c.RestConfigAs(kubecluster.DriverUser)
 	driver, err := corev1client.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := driver.Pods(c.Namespace()).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Fatalf("%s lists pods before the Role is bound: %v, want forbidden (is the cluster's authorization RBAC?)", servers.KubeDriverUser, err)
+		t.Fatalf("%s lists pods before the Role is bound: %v, want forbidden (is the cluster's authorization RBAC?)", kubecluster.DriverUser, err)
 	}
 	doc, err := os.ReadFile("../../docs/kubernetes.md")
 	if err != nil {
@@ -310,8 +311,8 @@ func driverRole(ctx context.Context, t *testing.T, c *servers.KubeCluster) *rest
 			if err := yaml.UnmarshalStrict([]byte(part), &b); err != nil {
 				t.Fatal(err)
 			}
-			if len(b.Subjects) != 1 || b.Subjects[0].Name != servers.KubeDriverUser {
-				t.Fatalf("the RoleBinding of docs/kubernetes.md binds %v, want the user %s", b.Subjects, servers.KubeDriverUser)
+			if len(b.Subjects) != 1 || b.Subjects[0].Name != kubecluster.DriverUser {
+				t.Fatalf("the RoleBinding of docs/kubernetes.md binds %v, want the user %s", b.Subjects, kubecluster.DriverUser)
 			}
 			_, err = admin.RoleBindings(c.Namespace()).Create(ctx, &b, metav1.CreateOptions{})
 		}
@@ -327,7 +328,7 @@ func driverRole(ctx context.Context, t *testing.T, c *servers.KubeCluster) *rest
 
 // assertNothingLeft checks that no pod or ConfigMap of a locksuite run is
 // left in c's namespace.
-func assertNothingLeft(ctx context.Context, t *testing.T, c *servers.KubeCluster) {
+func assertNothingLeft(ctx context.Context, t *testing.T, c *kubecluster.Cluster) {
 	t.Helper()
 	cs, err := corev1client.NewForConfig(c.RestConfig())
 	if err != nil {
@@ -532,14 +533,14 @@ func shardManifests(t *testing.T) (*batchv1.Job, *corev1.Pod) {
 // CLI, to run here. ctx ends timeout after the image is imported, or with
 // the test: the static build, minutes long on a cold build cache (a new
 // machine), is bounded by go test's -timeout only.
-func startKubeTest(t *testing.T, timeout time.Duration) (ctx context.Context, c *servers.KubeCluster, bin, image string) {
+func startKubeTest(t *testing.T, timeout time.Duration) (ctx context.Context, c *kubecluster.Cluster, bin, image string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a Kubernetes cluster")
 	}
 	start, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := servers.StartKubeCluster(start, 2)
+	c, err := kubecluster.Start(start, 2)
 	var u *servers.Unavailable
 	if errors.As(err, &u) {
 		t.Skipf("no Kubernetes cluster here: %v", err)

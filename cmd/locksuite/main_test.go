@@ -13,6 +13,7 @@ import (
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
+	"github.com/locksuite/locksuite/harness/services/etcd"
 	"github.com/locksuite/locksuite/suite/local"
 )
 
@@ -136,7 +137,7 @@ func TestUnreachableBackend(t *testing.T) {
 func TestWrongServer(t *testing.T) {
 	ctx := servertest.Slow(t, "starts real servers", 5*time.Minute)
 	pg := servertest.Start(t, ctx, servers.StartPostgres)
-	et := servertest.Start(t, ctx, servers.StartEtcd)
+	et := servertest.Start(t, ctx, etcd.Start)
 	rd := servertest.Start(t, ctx, servers.StartRedis)
 	co := servertest.Start(t, ctx, servers.StartConsul)
 	pgAddr := strings.TrimPrefix(strings.Split(pg.Endpoint(), "/")[2], "locksuite@")

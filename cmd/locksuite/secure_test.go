@@ -17,6 +17,7 @@ import (
 
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/etcd"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -25,7 +26,7 @@ import (
 type secured struct {
 	redis    *servers.Redis
 	postgres *servers.Postgres
-	etcd     *servers.Etcd
+	etcd     *etcd.Server
 	consul   *servers.Consul
 }
 
@@ -64,7 +65,7 @@ func securedServers(t *testing.T) *secured {
 		if s.postgres, shared.err = servers.StartPostgres(ctx, opts...); shared.err != nil {
 			return
 		}
-		if s.etcd, shared.err = servers.StartEtcd(ctx, opts...); shared.err != nil {
+		if s.etcd, shared.err = etcd.Start(ctx, opts...); shared.err != nil {
 			return
 		}
 		s.consul, shared.err = servers.StartConsul(ctx, opts...)

@@ -1,7 +1,7 @@
 // Package kubeimage makes the container images of the harness's Kubernetes
 // cluster without a Docker engine or a registry: each is one static binary
 // (built with Static) in an OCI image (Write) that is imported into the
-// cluster's containerd (servers.KubeCluster.ImportImage) and run by pods
+// cluster's containerd (kubecluster.Cluster.ImportImage) and run by pods
 // with imagePullPolicy Never.
 package kubeimage
 

@@ -197,7 +197,7 @@ func ExampleWrite() {
 	if err := Write(filepath.Join(os.TempDir(), "pause.tar"), "localhost/locksuite/pause:1", bin); err != nil {
 		panic(err)
 	}
-	// servers.KubeCluster.ImportImage, ctr images import or docker load
+	// kubecluster.Cluster.ImportImage, ctr images import or docker load
 	// then take pause.tar.
 }
 

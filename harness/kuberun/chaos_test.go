@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/servers/servertest"
+	"github.com/locksuite/locksuite/harness/services/kube/kubetest"
 )
 
 // networkChaosCRD is the NetworkChaos resource as Chaos Mesh's CRD names
@@ -49,7 +49,7 @@ var networkChaosCRD = map[string]any{
 // cut, Inject counts it and its heal deletes the object. No NetworkChaos
 // is left after any of them.
 func TestPartitionNeedsEvidence(t *testing.T) {
-	srv := servertest.KubeAPIServer(t)
+	srv := kubetest.APIServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := srv.RestConfig()

@@ -49,10 +49,10 @@ type Member struct {
 	dir  string
 	// start (re)starts the process; the cluster may change what it runs
 	// (a Redis primary comes back as a replica).
-	start func() (*proc, error)
+	start func() (*Proc, error)
 
 	mu     sync.Mutex
-	p      *proc
+	p      *Proc
 	killed bool
 }
 
@@ -78,7 +78,7 @@ func (m *Member) signal(send func(faults.Group) error) error {
 	if m.killed || m.p == nil {
 		return fmt.Errorf("%s is not running", m.name)
 	}
-	if err := m.p.exited(); err != nil {
+	if err := m.p.Exited(); err != nil {
 		return err
 	}
 	return send(faults.Group(m.p.Pid()))
@@ -96,8 +96,9 @@ func (m *Member) Kill() error {
 	return nil
 }
 
-// log is the path of the member's log file.
-func (m *Member) log() string {
+// Log is the path of the member's log file (its process's, as Launch
+// names it), in the directory its cluster's Stop removes.
+func (m *Member) Log() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.p.log
@@ -107,7 +108,7 @@ func (m *Member) log() string {
 func (m *Member) Running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.killed && m.p != nil && m.p.exited() == nil
+	return !m.killed && m.p != nil && m.p.Exited() == nil
 }
 
 // Killed reports whether the member was killed and not restarted.
@@ -117,8 +118,25 @@ func (m *Member) Killed() bool {
 	return m.killed
 }
 
-// run starts the process (again).
-func (m *Member) run() error {
+// NewMember is a member name, reached at addr (host:port), with its files
+// in dir, whose process start starts (again, on a restart). It is not
+// running until Run.
+func NewMember(name, addr, dir string, start func() (*Proc, error)) *Member {
+	return &Member{name: name, addr: addr, dir: dir, start: start}
+}
+
+// Proc is the member's current process (the last one Run started), nil
+// before the first Run.
+func (m *Member) Proc() *Proc {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.p
+}
+
+// Run starts the member's process (again) with its start function, and
+// returns that function's error; the member is then running, no longer
+// killed.
+func (m *Member) Run() error {
 	p, err := m.start()
 	if err != nil {
 		return err
@@ -129,8 +147,10 @@ func (m *Member) run() error {
 	return nil
 }
 
-// end stops the process for good (teardown).
-func (m *Member) end(sig syscall.Signal, grace time.Duration) {
+// End stops the member for good (teardown): a running process is
+// continued, sent sig and, if still there after grace, killed with its
+// process group; the member then counts as killed.
+func (m *Member) End(sig syscall.Signal, grace time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.p != nil && !m.killed {
@@ -139,22 +159,25 @@ func (m *Member) end(sig syscall.Signal, grace time.Duration) {
 	m.killed = true
 }
 
-// exitedErr is the error of a member that died on its own, with its log.
-func (m *Member) exitedErr() error {
+// Exited is the error of a member whose process died on its own, with its
+// log's tail; nil while it runs, when it was killed or ended, or before
+// its first Run.
+func (m *Member) Exited() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.killed || m.p == nil {
 		return nil
 	}
-	return m.p.exited()
+	return m.p.Exited()
 }
 
-// running returns the members that are running, and an error naming any
-// that died on its own.
-func running(ms []*Member) ([]*Member, error) {
+// Running returns the members of ms that are running; its error is the
+// first one's that died on its own (Member.Exited), or says that none
+// runs.
+func Running(ms []*Member) ([]*Member, error) {
 	var out []*Member
 	for _, m := range ms {
-		if err := m.exitedErr(); err != nil {
+		if err := m.Exited(); err != nil {
 			return nil, err
 		}
 		if m.Running() {
@@ -167,12 +190,13 @@ func running(ms []*Member) ([]*Member, error) {
 	return out, nil
 }
 
-// serveMember makes this process a server's process when it was started
-// as one (etcdcluster.go's init says why members re-run this binary): when
+// ServeMember makes this process a server's process when it was started
+// as one (harness/services/etcd's cluster.go says why members re-run
+// this binary), from an init function of the package that serves it: when
 // the variable env is set, it decodes the member's spec (JSON) from it, or
 // from the file it names after an "@", runs serve and exits with its
 // status (2 for a bad spec). Otherwise it returns at once.
-func serveMember[S any](env, what string, serve func(S) int) {
+func ServeMember[S any](env, what string, serve func(S) int) {
 	v := os.Getenv(env)
 	if v == "" {
 		return
@@ -193,11 +217,11 @@ func serveMember[S any](env, what string, serve func(S) int) {
 	os.Exit(serve(s))
 }
 
-// startSelfMember starts, with start (spawn.Start, or Node.Start), this
-// binary again as the member name of spec (see serveMember), its directory
-// and its log in dir (as startMemberProc). The spec is a file in dir
+// StartSelfMember starts, with start (spawn.Start, or Node.Start), this
+// binary again as the member name of spec (see ServeMember), its directory
+// and its log in dir (as Launch). The spec is a file in dir
 // (mode 0600: it may hold a password), named by the variable env.
-func startSelfMember(start func(*exec.Cmd) error, name, dir, env string, spec any) (*proc, error) {
+func StartSelfMember(start func(*exec.Cmd) error, name, dir, env string, spec any) (*Proc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -210,20 +234,21 @@ func startSelfMember(start func(*exec.Cmd) error, name, dir, env string, spec an
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return nil, err
 	}
-	return launch(start, name, dir, nil, []string{env + "=@" + path}, exe)
+	return Launch(start, name, dir, nil, []string{env + "=@" + path}, exe)
 }
 
-// stopSignal receives the SIGTERM (or SIGINT) that ends a member process.
-func stopSignal() <-chan os.Signal {
+// StopSignal returns a channel that receives the SIGTERM (or SIGINT) that
+// ends a member process (ServeMember's serve waits for it).
+func StopSignal() <-chan os.Signal {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	return sig
 }
 
 // startMemberProc runs argv[0] with env added to this process's
-// environment (as launch does).
-func startMemberProc(name, dir string, env []string, argv ...string) (*proc, error) {
-	return launch(spawn.Start, name, dir, nil, env, argv...)
+// environment (as Launch does).
+func startMemberProc(name, dir string, env []string, argv ...string) (*Proc, error) {
+	return Launch(spawn.Start, name, dir, nil, env, argv...)
 }
 
 // group is what the clusters share: their member processes, each in its
@@ -281,7 +306,7 @@ func (g *group) stop(sig syscall.Signal, grace time.Duration, first func()) {
 			first()
 		}
 		for _, m := range g.members {
-			m.end(sig, grace)
+			m.End(sig, grace)
 		}
 		for _, d := range g.disks {
 			d.unmount()
@@ -293,8 +318,8 @@ func (g *group) stop(sig syscall.Signal, grace time.Duration, first func()) {
 // dataDir makes the data directory name of member label in its
 // directory mdir (see newDataDir); the caller writes its setup and mounts
 // it before the member starts.
-func (g *group) dataDir(mdir, label, name string, o options) (*dataDir, error) {
-	d, err := newDataDir(mdir, name, o.lazy, nil)
+func (g *group) dataDir(mdir, label, name string, o Settings) (*dataDir, error) {
+	d, err := newDataDir(mdir, name, o.Lazy, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -320,21 +345,22 @@ func (g *group) waitStarted(ctx context.Context, timeout time.Duration, healthy 
 	return g.started(healthy)
 }
 
-// clusterOptions are the options a cluster takes: not WithAuth nor
-// WithTLS (the clusters have neither).
-func clusterOptions(backend string, opts []Option, has ...Durability) (options, error) {
-	o := apply(opts)
-	if o.auth || o.tls {
+// ClusterSettings are the Settings of opts for a cluster of backend: an
+// *Unavailable error for WithAuth or WithTLS (the clusters have neither),
+// or CheckDurability's error for a durability setting not in has.
+func ClusterSettings(backend string, opts []Option, has ...Durability) (Settings, error) {
+	o := Apply(opts)
+	if o.Auth || o.TLS {
 		return o, &Unavailable{backend, errors.New("WithAuth and WithTLS are for single servers"), "start the cluster without them"}
 	}
-	return o, o.checkDurability(backend, has...)
+	return o, o.CheckDurability(backend, has...)
 }
 
 // restartKilled runs every killed member again.
 func restartKilled(ms []*Member) error {
 	for _, m := range ms {
 		if m.Killed() {
-			if err := m.run(); err != nil {
+			if err := m.Run(); err != nil {
 				return fmt.Errorf("restart %s: %w", m.name, err)
 			}
 		}
@@ -342,10 +368,10 @@ func restartKilled(ms []*Member) error {
 	return nil
 }
 
-// agree asks each running member of ms for the leader it sees (leaderOf)
+// Agree asks each running member of ms for the leader it sees (leaderOf)
 // and returns the one they all name, or an error naming the member that
 // sees none ("has no " + what) or the two leaders named.
-func agree(ms []*Member, what string, leaderOf func(*Member) (string, error)) (string, error) {
+func Agree(ms []*Member, what string, leaderOf func(*Member) (string, error)) (string, error) {
 	agreed := ""
 	for _, m := range ms {
 		l, err := leaderOf(m)
@@ -366,7 +392,7 @@ func agree(ms []*Member, what string, leaderOf func(*Member) (string, error)) (s
 // eachRunning runs check on each running member, in order, and returns its
 // first error (or running's, when no member runs).
 func (g *group) eachRunning(check func(*Member) error) error {
-	ms, err := running(g.members)
+	ms, err := Running(g.members)
 	if err != nil {
 		return err
 	}
@@ -389,7 +415,7 @@ func (g *group) memberDir(kind string, i int) (name, dir string, err error) {
 // memberData makes member i's directory (memberDir) and in it the member's
 // data directory dataName (dataDir), mounted: for a member whose data
 // directory needs no setup before the mount.
-func (g *group) memberData(kind string, i int, dataName string, o options) (name, dir string, data *dataDir, err error) {
+func (g *group) memberData(kind string, i int, dataName string, o Settings) (name, dir string, data *dataDir, err error) {
 	if name, dir, err = g.memberDir(kind, i); err != nil {
 		return "", "", nil, err
 	}
@@ -401,14 +427,14 @@ func (g *group) memberData(kind string, i int, dataName string, o options) (name
 
 // add runs member name (directory dir, client address 127.0.0.1:port),
 // which start starts, and adds it to the group.
-func (g *group) add(name, dir string, port int, start func() (*proc, error)) (*Member, error) {
+func (g *group) add(name, dir string, port int, start func() (*Proc, error)) (*Member, error) {
 	return g.addOn(name, dir, "127.0.0.1", port, start)
 }
 
 // addOn is add with the member's client address on host.
-func (g *group) addOn(name, dir, host string, port int, start func() (*proc, error)) (*Member, error) {
+func (g *group) addOn(name, dir, host string, port int, start func() (*Proc, error)) (*Member, error) {
 	m := &Member{name: name, addr: net.JoinHostPort(host, strconv.Itoa(port)), dir: dir, start: start}
-	if err := m.run(); err != nil {
+	if err := m.Run(); err != nil {
 		return nil, err
 	}
 	g.members = append(g.members, m)
@@ -425,7 +451,7 @@ func (g *group) addOn(name, dir, host string, port int, start func() (*proc, err
 // beside, and files open on the data directory), 10 s at most. The members
 // stay down until restarted.
 func killAll(ms []*Member) {
-	var procs []*proc
+	var procs []*Proc
 	var pids []int
 	for _, m := range ms {
 		m.mu.Lock()

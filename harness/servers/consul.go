@@ -24,14 +24,12 @@ const ConsulVersion = "1.13.9"
 // ConsulBinary finds the consul binary: $LOCKSUITE_CONSUL if set, then the
 // build cache (<user cache dir>/locksuite/consul-<version>), then PATH.
 func ConsulBinary() (string, error) {
-	return findBinary("LOCKSUITE_CONSUL", ConsulCachePath(), "consul")
+	return FindBinary("LOCKSUITE_CONSUL", ConsulCachePath(), "consul")
 }
 
 // ConsulCachePath is where ci/setup.sh leaves the binary it builds.
-func ConsulCachePath() string { return buildCachePath("consul-" + ConsulVersion) }
+func ConsulCachePath() string { return BuildCachePath("consul-" + ConsulVersion) }
 
-// findBinary finds a server binary that ci/setup.sh builds: $env if set,
-// then cached (the build cache's path, "" for none), then bin in PATH.
 // consulConnsPerClient is the harness's Consul servers' cap on concurrent
 // HTTP connections from one client address (limits.http_max_conns_per_client,
 // default 200): every client of the harness comes from one address
@@ -39,7 +37,10 @@ func ConsulCachePath() string { return buildCachePath("consul-" + ConsulVersion)
 // long-polling waiters went past 200 and were answered 429.
 const consulConnsPerClient = 4096
 
-func findBinary(env, cached, bin string) (string, error) {
+// FindBinary finds a server binary that ci/setup.sh builds: $env if set
+// (an error if that file does not exist), then cached (the build cache's
+// path, "" for none), then bin in PATH; its error says where it looked.
+func FindBinary(env, cached, bin string) (string, error) {
 	if p := os.Getenv(env); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w", env, p, err)
@@ -57,9 +58,9 @@ func findBinary(env, cached, bin string) (string, error) {
 	return "", errors.New("no " + bin + " binary (not in $" + env + ", " + cached + " or PATH)")
 }
 
-// buildCachePath is file in <user cache dir>/locksuite, where ci/setup.sh
+// BuildCachePath is file in <user cache dir>/locksuite, where ci/setup.sh
 // leaves the binaries it builds; "" if there is no user cache directory.
-func buildCachePath(file string) string {
+func BuildCachePath(file string) string {
 	d, err := os.UserCacheDir()
 	if err != nil {
 		return ""
@@ -79,7 +80,7 @@ func (s *Consul) Name() string { return "consul" }
 func (s *Consul) Endpoint() string { return s.addr }
 
 // URL is http://host:port, or https:// WithTLS.
-func (s *Consul) URL() string { return httpURL(s.addr, s.tls) }
+func (s *Consul) URL() string { return HTTPURL(s.addr, s.tls) }
 
 // StartConsul starts a Consul agent (-dev: one in-memory server) on free
 // loopback ports with session_ttl_min = "100ms", so that sessions with short
@@ -96,28 +97,28 @@ func (s *Consul) URL() string { return httpURL(s.addr, s.tls) }
 // serves the API on HTTPS only (no HTTP port), with a certificate of the
 // test CA, client certificates not required.
 func StartConsul(ctx context.Context, opts ...Option) (*Consul, error) {
-	o := apply(opts)
-	if err := o.checkDurability("consul"); err != nil {
+	o := Apply(opts)
+	if err := o.CheckDurability("consul"); err != nil {
 		return nil, err
 	}
 	bin, err := ConsulBinary()
 	if err != nil {
 		return nil, &Unavailable{"consul", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " with go build, about 7 minutes once), set LOCKSUITE_CONSUL to a consul binary, or name an agent with CONSUL_HTTP_ADDR"}
 	}
-	ports, dir, err := portsAndDir(4, "consul")
+	ports, dir, err := PortsAndDir(4, "consul")
 	if err != nil {
 		return nil, &Unavailable{"consul", err, "free loopback ports and a writable temporary directory"}
 	}
-	s := &Consul{base: base{dir: dir, sig: syscall.SIGINT, grace: 5 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}, tls: o.tls}
+	s := &Consul{base: base{dir: dir, sig: syscall.SIGINT, grace: 5 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}, tls: o.TLS}
 	api := fmt.Sprintf("http = %d", ports[0])
 	extra := ""
-	if o.tls {
-		certs, err := newPKI(dir, -1, -1)
+	if o.TLS {
+		certs, err := NewPKI(dir, -1, -1)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, &Unavailable{"consul", err, "a writable temporary directory"}
 		}
-		certs.secrets(&s.secrets)
+		certs.SetSecrets(&s.secrets)
 		api = fmt.Sprintf("http = -1\n  https = %d", ports[0])
 		extra += fmt.Sprintf(`
 tls {
@@ -128,9 +129,9 @@ tls {
     verify_incoming = false
   }
 }
-`, certs.ca, certs.serverCert, certs.serverKey)
+`, certs.CA, certs.ServerCert, certs.ServerKey)
 	}
-	if o.auth {
+	if o.Auth {
 		s.secrets.Token = randomUUID()
 		extra += fmt.Sprintf(`
 acl {
@@ -164,8 +165,8 @@ limits {
 }
 `, api, ports[1], ports[2], ports[3], consulConnsPerClient) + extra
 	argv := []string{bin, "agent", "-dev", "-node", "locksuite", "-config-file", filepath.Join(dir, "locksuite.hcl")}
-	if o.crash {
-		if s.data, err = newDataDir(dir, "data", o.lazy, nil); err != nil {
+	if o.Crash {
+		if s.data, err = newDataDir(dir, "data", o.Lazy, nil); err != nil {
 			os.RemoveAll(dir)
 			return nil, &Unavailable{"consul", err, "a writable temporary directory"}
 		}
@@ -190,13 +191,13 @@ performance {
 		s.Stop()
 		return nil, err
 	}
-	start := func() (*proc, error) { return launch(spawn.Start, "consul", dir, nil, nil, argv...) }
+	start := func() (*Proc, error) { return Launch(spawn.Start, "consul", dir, nil, nil, argv...) }
 	err = s.run(ctx, "consul", 30*time.Second, start, func(ctx context.Context) error {
 		leader, err := c.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx))
 		if err == nil && strings.TrimSpace(leader) == "" {
 			err = errors.New("no leader yet")
 		}
-		if err == nil && o.auth {
+		if err == nil && o.Auth {
 			// The ACL system takes the management token a moment after
 			// the leader is elected.
 			_, _, err = c.KV().Get("locksuite/ready", (&consulapi.QueryOptions{}).WithContext(ctx))
@@ -205,9 +206,9 @@ performance {
 	})
 	if err != nil {
 		s.Stop()
-		return nil, &Unavailable{"consul", err, fixFUSE(err, "see the log above")}
+		return nil, &Unavailable{"consul", err, FixFUSE(err, "see the log above")}
 	}
-	if !o.crash {
+	if !o.Crash {
 		s.cannot = "consul runs in -dev mode, which keeps its state in memory: start it WithCrash (a server with a data directory)"
 	}
 	return s, nil

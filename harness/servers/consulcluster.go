@@ -40,18 +40,18 @@ func StartConsulCluster(ctx context.Context, n int, opts ...Option) (*ConsulClus
 // StartConsulClusterOn is StartConsulCluster with server i (consul-(i+1))
 // placed by h (nil: loopback).
 func StartConsulClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*ConsulCluster, error) {
-	o, err := clusterOptions("consul-cluster", opts)
+	o, err := ClusterSettings("consul-cluster", opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.check("consul-cluster", n); err != nil {
+	if err := h.Check("consul-cluster", n); err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "place every server"}
 	}
 	bin, err := ConsulBinary()
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "run ci/setup.sh (builds Consul " + ConsulVersion + " once), or set LOCKSUITE_CONSUL to a consul binary"}
 	}
-	ports, dir, err := portsAndDir(4*n, "consul-cluster")
+	ports, dir, err := PortsAndDir(4*n, "consul-cluster")
 	if err != nil {
 		return nil, &Unavailable{"consul-cluster", err, "free loopback ports and a writable temporary directory"}
 	}
@@ -59,13 +59,13 @@ func StartConsulClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) 
 	s.healthy = s.Healthy
 	var join []string
 	for i := range n {
-		join = append(join, fmt.Sprintf("%q", net.JoinHostPort(h.host(i), strconv.Itoa(ports[4*i+1]))))
+		join = append(join, fmt.Sprintf("%q", net.JoinHostPort(h.Host(i), strconv.Itoa(ports[4*i+1]))))
 	}
 	for i := range n {
 		name, mdir, data, err := s.memberData("consul", i, "data", o)
 		if err != nil {
 			s.Stop()
-			return nil, &Unavailable{"consul-cluster", err, fixFUSE(err, "a writable temporary directory")}
+			return nil, &Unavailable{"consul-cluster", err, FixFUSE(err, "a writable temporary directory")}
 		}
 		hcl := fmt.Sprintf(`
 node_name = %[1]q
@@ -94,24 +94,24 @@ log_level = "warn"
 limits {
   http_max_conns_per_client = %[10]d
 }
-`, name, n, data.path, ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "), h.host(i), consulConnsPerClient)
+`, name, n, data.path, ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3], strings.Join(join, ", "), h.Host(i), consulConnsPerClient)
 		cf := filepath.Join(mdir, "locksuite.hcl")
 		if err := os.WriteFile(cf, []byte(hcl), 0o600); err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a writable temporary directory"}
 		}
-		start := h.starter(i)
-		m, err := s.addOn(name, mdir, h.host(i), ports[4*i], func() (*proc, error) {
-			return launch(start, name, mdir, nil, nil, bin, "agent", "-config-file", cf)
+		start := h.Starter(i)
+		m, err := s.addOn(name, mdir, h.Host(i), ports[4*i], func() (*Proc, error) {
+			return Launch(start, name, mdir, nil, nil, bin, "agent", "-config-file", cf)
 		})
 		if err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "check that " + bin + " runs"}
 		}
-		s.raft[net.JoinHostPort(h.host(i), strconv.Itoa(ports[4*i+3]))] = m
+		s.raft[net.JoinHostPort(h.Host(i), strconv.Itoa(ports[4*i+3]))] = m
 		ac := api.DefaultConfig()
 		ac.Address = m.addr
-		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second, DialContext: h.dial}
+		ac.Transport = &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 10 * time.Second, DialContext: h.Dial}
 		if s.clients[m], err = api.NewClient(ac); err != nil {
 			s.Stop()
 			return nil, &Unavailable{"consul-cluster", err, "a Consul API client"}
@@ -127,11 +127,11 @@ limits {
 // status asks every running server for the leader and returns the one they
 // agree on.
 func (s *ConsulCluster) status(ctx context.Context) (*Member, error) {
-	ms, err := running(s.members)
+	ms, err := Running(s.members)
 	if err != nil {
 		return nil, err
 	}
-	agreed, err := agree(ms, "leader", func(m *Member) (string, error) {
+	agreed, err := Agree(ms, "leader", func(m *Member) (string, error) {
 		l, err := s.clients[m].Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", m.name, err)

@@ -88,7 +88,7 @@ const (
 // WithDurability sets how the server makes writes durable; see Durability.
 // A setting the server does not have (appendfsync for Postgres) makes
 // Start fail with an *Unavailable saying which it has.
-func WithDurability(d Durability) Option { return func(o *options) { o.durability = d } }
+func WithDurability(d Durability) Option { return func(o *Settings) { o.Durability = d } }
 
 // WithCrash makes a server that Crash can kill and restart where the
 // default one cannot: etcd and NATS run as a child process (this binary
@@ -96,25 +96,27 @@ func WithDurability(d Durability) Option { return func(o *options) { o.durabilit
 // process, kube-apiserver's etcd too, and Consul as a server with its
 // Raft log in a data directory rather than in -dev mode (in memory). The
 // other servers are crashable as they are.
-func WithCrash() Option { return func(o *options) { o.crash = true } }
+func WithCrash() Option { return func(o *Settings) { o.Crash = true } }
 
 // WithLazyFS puts the server's data directory (each member's, for a
 // cluster) on a lazyfs mount (harness/lazyfs), so that Crash(ctx, true)
 // loses what the server did not sync; it implies WithCrash. Start fails
 // with an *Unavailable wrapping lazyfs.ErrUnavailable where FUSE cannot be
 // mounted (no /dev/fuse, not root).
-func WithLazyFS() Option { return func(o *options) { o.lazy, o.crash = true, true } }
+func WithLazyFS() Option { return func(o *Settings) { o.Lazy, o.Crash = true, true } }
 
-// durability checks that the server (its backend's name) has the setting
-// asked for, one of has (DurabilityHarness and DurabilityPackaged always).
-func (o options) checkDurability(backend string, has ...Durability) error {
+// CheckDurability returns nil when the durability asked for is one the
+// server (its backend's name) has: one of has, or DurabilityHarness and
+// DurabilityPackaged, which every server has; else an *Unavailable that
+// lists them.
+func (o Settings) CheckDurability(backend string, has ...Durability) error {
 	has = append([]Durability{DurabilityHarness, DurabilityPackaged}, has...)
 	for _, d := range has {
-		if o.durability == d {
+		if o.Durability == d {
 			return nil
 		}
 	}
-	return &Unavailable{backend, fmt.Errorf("no durability setting %q", o.durability),
+	return &Unavailable{backend, fmt.Errorf("no durability setting %q", o.Durability),
 		fmt.Sprintf("ask for one of %q", has)}
 }
 
@@ -196,6 +198,13 @@ type crasher struct {
 }
 
 func (c *crasher) Crash(ctx context.Context, powerLoss bool) (CrashReport, error) {
+	return c.crash(ctx, powerLoss, nil, nil)
+}
+
+// crash is Crash that kills the members also with c's processes and, if
+// after is not nil, runs it once c's service serves again, then sets the
+// report's Serving and syncs again (Base.CrashAlso).
+func (c *crasher) crash(ctx context.Context, powerLoss bool, also []*Member, after func(context.Context) error) (CrashReport, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, err := c.canCrash(powerLoss)
@@ -203,8 +212,15 @@ func (c *crasher) Crash(ctx context.Context, powerLoss bool) (CrashReport, error
 		return r, err
 	}
 	r.Killed = time.Now()
-	killAll(c.procs)
-	return r, c.restart(ctx, &r)
+	killAll(append(append([]*Member(nil), also...), c.procs...))
+	if err := c.restart(ctx, &r); err != nil || after == nil {
+		return r, err
+	}
+	if err := after(ctx); err != nil {
+		return r, err
+	}
+	r.Serving = time.Now()
+	return r, c.Sync()
 }
 
 // canCrash is a new report of a crash (with powerLoss), or the error
@@ -244,7 +260,7 @@ func (c *crasher) restart(ctx context.Context, r *CrashReport) error {
 	}
 	var died error
 	err := faults.WaitHealthy(ctx, c.timeout, func(ctx context.Context) error {
-		if _, died = running(c.procs); died != nil {
+		if _, died = Running(c.procs); died != nil {
 			return nil // stop polling: a member died on its own
 		}
 		return c.ready(ctx)
@@ -276,9 +292,9 @@ func (c *crasher) lazy() bool {
 	return len(c.disks) > 0
 }
 
-// fixFUSE is the fix for a Start error: fix, unless the data directory
-// could not be mounted on lazyfs.
-func fixFUSE(err error, fix string) string {
+// FixFUSE is the fix for a Start error err (an *Unavailable's Fix): fix,
+// unless err says the data directory could not be mounted on lazyfs.
+func FixFUSE(err error, fix string) string {
 	if errors.Is(err, lazyfs.ErrUnavailable) {
 		return "run as root where /dev/fuse exists, or start the server without WithLazyFS"
 	}

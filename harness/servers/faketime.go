@@ -108,4 +108,4 @@ func (c *FakeClock) Offset() time.Duration {
 // withFakeClock starts Postgres under libfaketime too (Redis always runs
 // under it when it is installed): for the test that measures whether
 // idle_session_timeout follows the wall clock.
-func withFakeClock() Option { return func(o *options) { o.fakeClock = true } }
+func withFakeClock() Option { return func(o *Settings) { o.fakeClock = true } }

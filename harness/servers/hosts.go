@@ -22,24 +22,28 @@ type Hosts struct {
 	Nodes []*nodes.Node
 }
 
-// host is the address process i binds.
-func (h *Hosts) host(i int) string {
+// Host is the address process i binds: node i's, or 127.0.0.1 for a nil
+// *Hosts.
+func (h *Hosts) Host(i int) string {
 	if h == nil {
 		return "127.0.0.1"
 	}
 	return h.Nodes[i].Addr().String()
 }
 
-// starter starts process i.
-func (h *Hosts) starter(i int) func(*exec.Cmd) error {
+// Starter is what starts process i (as Launch's start): node i's Start,
+// or spawn.Start for a nil *Hosts.
+func (h *Hosts) Starter(i int) func(*exec.Cmd) error {
 	if h == nil {
 		return spawn.Start
 	}
 	return h.Nodes[i].Start
 }
 
-// dial is how the harness reaches the processes.
-func (h *Hosts) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+// Dial is how the harness reaches the processes: through the network
+// (from the caller's node; see nodes.Network.Dial), or a plain dial for a
+// nil *Hosts.
+func (h *Hosts) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if h == nil {
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
@@ -47,8 +51,9 @@ func (h *Hosts) dial(ctx context.Context, network, addr string) (net.Conn, error
 	return h.Net.Dial(ctx, network, addr)
 }
 
-// check fails unless h places n processes.
-func (h *Hosts) check(name string, n int) error {
+// Check returns an error (naming the cluster, name) unless h places n
+// processes: a nil *Hosts places any number.
+func (h *Hosts) Check(name string, n int) error {
 	if h != nil && (h.Net == nil || len(h.Nodes) < n) {
 		return fmt.Errorf("%s: Hosts places %d processes, the cluster has %d", name, len(h.Nodes), n)
 	}

@@ -59,9 +59,9 @@ var mariadbDirs = []string{"/usr/sbin", "/usr/libexec", "/usr/local/mysql/bin", 
 // Secrets.ClientTLS. The harness itself talks to the server as root over
 // the Unix socket.
 func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
-	o := apply(opts)
-	fail := func(err error, fix string) error { return &Unavailable{"mysql", err, fixFUSE(err, fix)} }
-	if err := o.checkDurability("mysql"); err != nil {
+	o := Apply(opts)
+	fail := func(err error, fix string) error { return &Unavailable{"mysql", err, FixFUSE(err, fix)} }
+	if err := o.CheckDurability("mysql"); err != nil {
 		return nil, err
 	}
 	const install = "install MariaDB's server (apt-get install mariadb-server), or name a server with MYSQL_URL"
@@ -77,7 +77,7 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 			return nil, fail(err, install)
 		}
 	}
-	cred, dir, dd, err := serviceDataDir("mysql", "mariadb", "mysql", "mariadb-server", o.lazy)
+	cred, dir, dd, err := serviceDataDir("mysql", "mariadb", "mysql", "mariadb-server", o.Lazy)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 	// private to this process's user (a test binary's), not the mysql user's.
 	common := []string{"--no-defaults", "--tmpdir=" + dir, "--skip-name-resolve", "--skip-log-bin",
 		"--innodb-buffer-pool-size=32M", "--innodb-log-file-size=8M"}
-	if o.durability == DurabilityHarness {
+	if o.Durability == DurabilityHarness {
 		common = append(common, "--innodb-flush-log-at-trx-commit=0")
 	}
 	// The bootstrap writes to disk (the mount's backing directory), not
@@ -109,30 +109,30 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 		"--pid-file="+filepath.Join(dir, "mysqld.pid"), "--max-connections=500", "--skip-networking=0")
 	var secrets Secrets
 	params := ""
-	if o.tls {
-		certs, err := newPKI(dir, uid, gid)
+	if o.TLS {
+		certs, err := NewPKI(dir, uid, gid)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, fail(err, "a writable temporary directory")
 		}
-		certs.secrets(&secrets)
-		args = append(args, "--ssl-ca="+certs.ca, "--ssl-cert="+certs.serverCert, "--ssl-key="+certs.serverKey,
+		certs.SetSecrets(&secrets)
+		args = append(args, "--ssl-ca="+certs.CA, "--ssl-cert="+certs.ServerCert, "--ssl-key="+certs.ServerKey,
 			"--require-secure-transport=ON")
 		// The adapter and the driver need the CA: Secrets.ClientTLS.
 		params = "?tls=true"
 	}
 	secrets.User = "locksuite"
-	if o.auth {
-		secrets.Password = randomSecret()
+	if o.Auth {
+		secrets.Password = RandomSecret()
 	}
 	s := &MariaDB{base: base{dir: dir, data: dd, sig: syscall.SIGTERM, grace: 10 * time.Second, secrets: secrets,
 		addr: fmt.Sprintf("127.0.0.1:%d", port)},
 		socket: sock, dsn: fmt.Sprintf("locksuite@tcp(127.0.0.1:%d)/locksuite%s", port, params)}
-	if !o.auth {
+	if !o.Auth {
 		s.secrets.User = ""
 	}
 	argv := append([]string{mariadbd}, args...)
-	start := func() (*proc, error) { return launch(spawn.Start, "mariadbd", dir, cred, nil, argv...) }
+	start := func() (*Proc, error) { return Launch(spawn.Start, "mariadbd", dir, cred, nil, argv...) }
 	err = s.run(ctx, "mariadbd", 30*time.Second, start, func(ctx context.Context) error {
 		db, err := s.rootDB()
 		if err != nil {

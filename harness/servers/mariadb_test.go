@@ -3,6 +3,7 @@ package servers
 import (
 	"context"
 	"database/sql"
+	"github.com/locksuite/locksuite/internal/servercheck"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestMariaDB(t *testing.T) {
 	}
 	for _, tc := range secureVariants {
 		t.Run(tc.name, func(t *testing.T) {
-			s := timedStart(t, func(ctx context.Context) (*MariaDB, error) { return StartMariaDB(ctx, tc.opts...) })
+			s := servercheck.TimedStart(t, func(ctx context.Context) (*MariaDB, error) { return StartMariaDB(ctx, tc.opts...) })
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			dir, pid := s.dir, s.Pid()
@@ -71,7 +72,7 @@ func TestMariaDB(t *testing.T) {
 				}
 				plain.Close()
 			}
-			stopGone(t, s, dir, pid)
+			servercheck.StopGone(t, s, dir, pid)
 		})
 	}
 }

@@ -31,14 +31,14 @@ func (m *Memcached) Endpoint() string { return m.addr }
 // have. The harness starts it without TLS and without SASL: WithTLS and
 // WithAuth are refused.
 func StartMemcached(ctx context.Context, opts ...Option) (*Memcached, error) {
-	o := apply(opts)
-	if err := o.checkDurability("memcached"); err != nil {
+	o := Apply(opts)
+	if err := o.CheckDurability("memcached"); err != nil {
 		return nil, err
 	}
-	if o.durability == DurabilityPackaged {
-		o.durability = DurabilityHarness // nothing on disk either way
+	if o.Durability == DurabilityPackaged {
+		o.Durability = DurabilityHarness // nothing on disk either way
 	}
-	if o.tls || o.auth {
+	if o.TLS || o.Auth {
 		return nil, &Unavailable{"memcached", errors.New("the harness starts memcached without TLS and SASL"),
 			"start it without WithTLS and WithAuth (the memcached adapter speaks neither), or name a server with MEMCACHE_SERVERS"}
 	}
@@ -56,7 +56,7 @@ func StartMemcached(ctx context.Context, opts ...Option) (*Memcached, error) {
 	}
 	m := &Memcached{base: base{dir: dir, sig: syscall.SIGTERM, grace: 5 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", ports[0])}}
 	argv := []string{bin, "-l", "127.0.0.1", "-p", strconv.Itoa(ports[0]), "-U", "0", "-m", "64"}
-	start := func() (*proc, error) { return launch(spawn.Start, "memcached", dir, cred, nil, argv...) }
+	start := func() (*Proc, error) { return Launch(spawn.Start, "memcached", dir, cred, nil, argv...) }
 	if err := m.run(ctx, "memcached", 10*time.Second, start, func(ctx context.Context) error { return memcached.Ping(ctx, m.addr, nil) }); err != nil {
 		m.Stop()
 		return nil, &Unavailable{"memcached", err, "check that " + bin + " runs; see its log above"}

@@ -155,7 +155,7 @@ default_pool_size = %d
 			_ = os.Chown(path, int(cred.Uid), int(cred.Gid))
 		}
 	}
-	start := func() (*proc, error) { return launch(spawn.Start, "pgbouncer", dir, cred, nil, bin, conf) }
+	start := func() (*Proc, error) { return Launch(spawn.Start, "pgbouncer", dir, cred, nil, bin, conf) }
 	err = s.run(ctx, "pgbouncer", 20*time.Second, start, func(ctx context.Context) error {
 		cc, err := pgx.ParseConfig(s.dsn)
 		if err != nil {
@@ -199,11 +199,11 @@ func (s *PgBouncer) watch() {
 			return
 		default:
 		}
-		if s.m.Killed() || s.m.run() != nil {
+		if s.m.Killed() || s.m.Run() != nil {
 			return
 		}
 		n := s.restarts.Add(1)
-		if f, err := os.OpenFile(s.m.log(), os.O_WRONLY|os.O_APPEND, 0); err == nil {
+		if f, err := os.OpenFile(s.m.Log(), os.O_WRONLY|os.O_APPEND, 0); err == nil {
 			fmt.Fprintf(f, "locksuite: pgbouncer exited on its own (%v); restarted it (%d restarts)\n", p.err, n)
 			f.Close()
 		}

@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"github.com/locksuite/locksuite/internal/servercheck"
 	"os"
 	"syscall"
 	"testing"
@@ -42,7 +43,7 @@ func TestPgBouncer(t *testing.T) {
 		granted bool // client 2's try while client 1 holds the lock
 	}{{PoolSession, false}, {PoolTransaction, true}} {
 		t.Run(string(tc.mode), func(t *testing.T) {
-			s := timedStart(t, func(ctx context.Context) (*PgBouncer, error) { return StartPgBouncer(ctx, tc.mode, 0) })
+			s := servercheck.TimedStart(t, func(ctx context.Context) (*PgBouncer, error) { return StartPgBouncer(ctx, tc.mode, 0) })
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			connect := func() *pgx.Conn {
@@ -87,7 +88,7 @@ func TestPgBouncer(t *testing.T) {
 				t.Fatalf("pgbouncer restarted but not serving: %v", err)
 			}
 			pg := s.Postgres()
-			stopGone(t, s, s.dir, s.Pid(), pg.Pid())
+			servercheck.StopGone(t, s, s.dir, s.Pid(), pg.Pid())
 			if _, err := os.Stat(pg.dir); !os.IsNotExist(err) {
 				t.Errorf("Postgres's directory %s still exists after Stop (%v)", pg.dir, err)
 			}

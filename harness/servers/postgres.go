@@ -56,9 +56,9 @@ var pgDirs = []string{"/usr/lib/postgresql/*/bin"}
 // lines), so that a plain connection is refused. The Unix socket in the
 // cluster's directory stays trusted, for the harness.
 func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
-	o := apply(opts)
-	fail := func(err error, fix string) error { return &Unavailable{"postgres", err, fixFUSE(err, fix)} }
-	if err := o.checkDurability("postgres"); err != nil {
+	o := Apply(opts)
+	fail := func(err error, fix string) error { return &Unavailable{"postgres", err, FixFUSE(err, fix)} }
+	if err := o.CheckDurability("postgres"); err != nil {
 		return nil, err
 	}
 	const install = "install PostgreSQL's server (apt-get install postgresql-15), or name a server with DATABASE_URL or PGHOST"
@@ -70,7 +70,7 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	if err != nil {
 		return nil, fail(err, install)
 	}
-	cred, dir, dd, err := serviceDataDir("postgres", "postgres", "postgres", "postgresql-15", o.lazy)
+	cred, dir, dd, err := serviceDataDir("postgres", "postgres", "postgres", "postgresql-15", o.Lazy)
 	if err != nil {
 		return nil, err
 	}
@@ -81,8 +81,8 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	data := dd.setup
 	initArgs := []string{"-D", data, "-U", "locksuite", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"}
 	var secrets Secrets
-	if o.auth {
-		secrets.User, secrets.Password = "locksuite", randomSecret()
+	if o.Auth {
+		secrets.User, secrets.Password = "locksuite", RandomSecret()
 		pw := filepath.Join(dir, "pwfile")
 		if err := os.WriteFile(pw, []byte(secrets.Password+"\n"), 0o600); err != nil {
 			os.RemoveAll(dir)
@@ -104,26 +104,26 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 	}
 	args := []string{"-D", dd.path, "-p", strconv.Itoa(port),
 		"-k", dir, "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", "-c", "log_min_messages=warning"}
-	if o.durability == DurabilityHarness {
+	if o.Durability == DurabilityHarness {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
 	sslmode := "disable"
-	if o.auth || o.tls {
+	if o.Auth || o.TLS {
 		method, host := "trust", "host"
-		if o.auth {
+		if o.Auth {
 			method = "scram-sha-256"
 		}
-		if o.tls {
+		if o.TLS {
 			host = "hostssl"
-			certs, err := newPKI(dir, uid, gid)
+			certs, err := NewPKI(dir, uid, gid)
 			if err != nil {
 				os.RemoveAll(dir)
 				return nil, fail(err, "a writable temporary directory")
 			}
-			certs.secrets(&secrets)
-			args = append(args, "-c", "ssl=on", "-c", "ssl_cert_file="+certs.serverCert, "-c", "ssl_key_file="+certs.serverKey,
-				"-c", "ssl_ca_file="+certs.ca)
-			sslmode = "verify-full&sslrootcert=" + url.QueryEscape(certs.ca)
+			certs.SetSecrets(&secrets)
+			args = append(args, "-c", "ssl=on", "-c", "ssl_cert_file="+certs.ServerCert, "-c", "ssl_key_file="+certs.ServerKey,
+				"-c", "ssl_ca_file="+certs.CA)
+			sslmode = "verify-full&sslrootcert=" + url.QueryEscape(certs.CA)
 		}
 		hba := "local all all trust\n" + host + " all all 127.0.0.1/32 " + method + "\n"
 		if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
@@ -148,7 +148,7 @@ func StartPostgres(ctx context.Context, opts ...Option) (*Postgres, error) {
 		clock: clock, dsn: fmt.Sprintf("postgres://locksuite@127.0.0.1:%d/postgres?sslmode=%s", port, sslmode)}
 	s.addr = fmt.Sprintf("127.0.0.1:%d", port)
 	argv := append([]string{postgres}, args...)
-	start := func() (*proc, error) { return launch(spawn.Start, "postgres", dir, cred, env, argv...) }
+	start := func() (*Proc, error) { return Launch(spawn.Start, "postgres", dir, cred, env, argv...) }
 	err = s.run(ctx, "postgres", 20*time.Second, start, func(ctx context.Context) error {
 		c, err := pgx.Connect(ctx, s.URL())
 		if err != nil {
@@ -205,7 +205,7 @@ func serviceDataDir(backend, name, account, pkg string, lazy bool) (cred *syscal
 	}
 	if dd, err = newDataDir(dir, "data", lazy, cred); err != nil {
 		os.RemoveAll(dir)
-		return nil, "", nil, &Unavailable{backend, err, fixFUSE(err, "a writable temporary directory")}
+		return nil, "", nil, &Unavailable{backend, err, FixFUSE(err, "a writable temporary directory")}
 	}
 	return cred, dir, dd, nil
 }

@@ -59,38 +59,38 @@ func (r *Redis) URL() string {
 // libfaketime is installed, the server runs under it (see FakeClock), at the
 // real time until its Clock is moved.
 func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
-	o := apply(opts)
-	if err := o.checkDurability("redis", DurabilityAppendFsyncEverysec, DurabilityAppendFsyncAlways); err != nil {
+	o := Apply(opts)
+	if err := o.CheckDurability("redis", DurabilityAppendFsyncEverysec, DurabilityAppendFsyncAlways); err != nil {
 		return nil, err
 	}
 	bin, err := lookPath("redis-server")
 	if err != nil {
 		return nil, &Unavailable{"redis", err, "install it (apt-get install redis-server, or run ci/setup.sh), or name a server with REDIS_URL"}
 	}
-	ports, dir, err := portsAndDir(1, "redis")
+	ports, dir, err := PortsAndDir(1, "redis")
 	if err != nil {
 		return nil, &Unavailable{"redis", err, "free loopback ports and a writable temporary directory"}
 	}
 	port := ports[0]
-	r := &Redis{base: base{dir: dir, sig: syscall.SIGTERM, grace: 5 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", port)}, tls: o.tls}
-	if r.data, err = newDataDir(dir, "data", o.lazy, nil); err != nil {
+	r := &Redis{base: base{dir: dir, sig: syscall.SIGTERM, grace: 5 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", port)}, tls: o.TLS}
+	if r.data, err = newDataDir(dir, "data", o.Lazy, nil); err != nil {
 		os.RemoveAll(dir)
 		return nil, &Unavailable{"redis", err, "a writable temporary directory"}
 	}
 	var conf []string
-	if o.auth {
-		r.secrets.User, r.secrets.Password = "locksuite", randomSecret()
+	if o.Auth {
+		r.secrets.User, r.secrets.Password = "locksuite", RandomSecret()
 		conf = append(conf, "user default off", "user locksuite on >"+r.secrets.Password+" ~* &* +@all")
 	}
-	var certs *pki
-	if o.tls {
-		if certs, err = newPKI(dir, -1, -1); err != nil {
+	var certs *PKI
+	if o.TLS {
+		if certs, err = NewPKI(dir, -1, -1); err != nil {
 			os.RemoveAll(dir)
 			return nil, &Unavailable{"redis", err, "a writable temporary directory"}
 		}
-		certs.secrets(&r.secrets)
-		conf = append(conf, "port 0", "tls-port "+strconv.Itoa(port), "tls-cert-file "+certs.serverCert,
-			"tls-key-file "+certs.serverKey, "tls-ca-cert-file "+certs.ca, "tls-auth-clients optional")
+		certs.SetSecrets(&r.secrets)
+		conf = append(conf, "port 0", "tls-port "+strconv.Itoa(port), "tls-cert-file "+certs.ServerCert,
+			"tls-key-file "+certs.ServerKey, "tls-ca-cert-file "+certs.CA, "tls-auth-clients optional")
 	}
 	argv := []string{bin}
 	if len(conf) > 0 {
@@ -101,11 +101,11 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 		}
 		argv = append(argv, cf)
 	}
-	if !o.tls {
+	if !o.TLS {
 		argv = append(argv, "--port", strconv.Itoa(port))
 	}
 	argv = append(argv, "--bind", "127.0.0.1", "--dir", r.data.path, "--daemonize", "no", "--protected-mode", "yes")
-	argv = append(argv, redisPersistence(o.durability)...)
+	argv = append(argv, redisPersistence(o.Durability)...)
 	clock, env, err := newFakeClock(dir, -1, -1)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -113,7 +113,7 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	}
 	r.clock = clock
 	copts := &goredis.Options{Addr: r.addr, MaxRetries: -1, Username: r.secrets.User, Password: r.secrets.Password}
-	if o.tls {
+	if o.TLS {
 		if copts.TLSConfig, err = r.secrets.ClientTLS(); err != nil {
 			os.RemoveAll(dir)
 			return nil, &Unavailable{"redis", err, "see the test CA in " + dir}
@@ -124,10 +124,10 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 		defer c.Close()
 		return c.Ping(ctx).Err()
 	}
-	start := func() (*proc, error) { return launch(spawn.Start, "redis", dir, nil, env, argv...) }
+	start := func() (*Proc, error) { return Launch(spawn.Start, "redis", dir, nil, env, argv...) }
 	if err := r.run(ctx, "redis", 10*time.Second, start, ping); err != nil {
 		r.Stop()
-		return nil, &Unavailable{"redis", err, fixFUSE(err, "check that "+bin+" runs; see its log above")}
+		return nil, &Unavailable{"redis", err, FixFUSE(err, "check that "+bin+" runs; see its log above")}
 	}
 	return r, nil
 }

@@ -19,13 +19,15 @@ import (
 
 // Option changes how a Start function starts its server. Without options a
 // server takes plain connections with no authentication.
-type Option func(*options)
+type Option func(*Settings)
 
-type options struct {
-	auth, tls   bool
+// Settings are what a Start function's options ask for (Apply): a
+// service package's Start function reads them.
+type Settings struct {
+	Auth, TLS   bool // WithAuth, WithTLS
 	fakeClock   bool // Postgres only: run under libfaketime (a test's measurement)
-	durability  Durability
-	crash, lazy bool // WithCrash, WithLazyFS
+	Durability  Durability
+	Crash, Lazy bool // WithCrash, WithLazyFS (which sets Crash too)
 }
 
 // WithAuth makes the server require authentication, with credentials made
@@ -34,7 +36,7 @@ type options struct {
 // only), etcd's root user with auth enabled, Consul's ACLs with default
 // policy deny and an initial management token, ZooKeeper's enforced digest
 // authentication with a user "locksuite".
-func WithAuth() Option { return func(o *options) { o.auth = true } }
+func WithAuth() Option { return func(o *Settings) { o.Auth = true } }
 
 // WithTLS makes the server take TLS connections only, with a certificate for
 // 127.0.0.1 and localhost signed by a test CA generated for this server in
@@ -42,10 +44,13 @@ func WithAuth() Option { return func(o *options) { o.auth = true } }
 // Postgres with ssl = on and hostssl lines only, etcd on an https client URL
 // (client certificates accepted, not required), Consul on its HTTPS port
 // only, ZooKeeper on a secureClientPort only.
-func WithTLS() Option { return func(o *options) { o.tls = true } }
+func WithTLS() Option { return func(o *Settings) { o.TLS = true } }
 
-func apply(opts []Option) options {
-	var o options
+// Apply returns the Settings that opts ask for, applied in order; with no
+// options, the zero Settings (plain, unauthenticated, DurabilityHarness,
+// not crashable).
+func Apply(opts []Option) Settings {
+	var o Settings
 	for _, f := range opts {
 		f(&o)
 	}
@@ -95,9 +100,9 @@ func (s Secrets) ClientTLS() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// randomSecret is 24 random hex digits: letters and digits only, so that it
+// RandomSecret is 24 random hex digits: letters and digits only, so that it
 // reads the same in a URL, JSON or a shell.
-func randomSecret() string {
+func RandomSecret() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
@@ -113,16 +118,18 @@ func randomUUID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// pki is the test CA's output in a server's directory.
-type pki struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
+// PKI is the test CA's output in a server's directory (NewPKI): the paths
+// of the CA's certificate, the server's certificate and key, and a client
+// certificate and key, all PEM.
+type PKI struct {
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string
 }
 
-// newPKI writes a test CA, a server certificate for 127.0.0.1 and
+// NewPKI writes a test CA, a server certificate for 127.0.0.1 and
 // localhost, and a client certificate into dir (keys mode 0600). uid and
 // gid, if not -1, own the files (Postgres reads its key as its own user
 // and refuses a key that others can read).
-func newPKI(dir string, uid, gid int) (*pki, error) {
+func NewPKI(dir string, uid, gid int) (*PKI, error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -145,12 +152,12 @@ func newPKI(dir string, uid, gid int) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pki{
-		ca:         filepath.Join(dir, "ca.crt"),
-		serverCert: filepath.Join(dir, "server.crt"), serverKey: filepath.Join(dir, "server.key"),
-		clientCert: filepath.Join(dir, "client.crt"), clientKey: filepath.Join(dir, "client.key"),
+	p := &PKI{
+		CA:         filepath.Join(dir, "ca.crt"),
+		ServerCert: filepath.Join(dir, "server.crt"), ServerKey: filepath.Join(dir, "server.key"),
+		ClientCert: filepath.Join(dir, "client.crt"), ClientKey: filepath.Join(dir, "client.key"),
 	}
-	if err := writePEM(p.ca, "CERTIFICATE", caDER, 0o644, uid, gid); err != nil {
+	if err := WritePEM(p.CA, "CERTIFICATE", caDER, 0o644, uid, gid); err != nil {
 		return nil, err
 	}
 	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, certPath, keyPath string) error {
@@ -180,21 +187,24 @@ func newPKI(dir string, uid, gid int) (*pki, error) {
 		if err != nil {
 			return err
 		}
-		if err := writePEM(certPath, "CERTIFICATE", der, 0o644, uid, gid); err != nil {
+		if err := WritePEM(certPath, "CERTIFICATE", der, 0o644, uid, gid); err != nil {
 			return err
 		}
-		return writePEM(keyPath, "PRIVATE KEY", kb, 0o600, uid, gid)
+		return WritePEM(keyPath, "PRIVATE KEY", kb, 0o600, uid, gid)
 	}
-	if err := leaf(2, "locksuite-server", x509.ExtKeyUsageServerAuth, p.serverCert, p.serverKey); err != nil {
+	if err := leaf(2, "locksuite-server", x509.ExtKeyUsageServerAuth, p.ServerCert, p.ServerKey); err != nil {
 		return nil, err
 	}
-	if err := leaf(3, "locksuite-client", x509.ExtKeyUsageClientAuth, p.clientCert, p.clientKey); err != nil {
+	if err := leaf(3, "locksuite-client", x509.ExtKeyUsageClientAuth, p.ClientCert, p.ClientKey); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-func writePEM(path, typ string, der []byte, mode os.FileMode, uid, gid int) error {
+// WritePEM writes der as one PEM block of type typ ("CERTIFICATE",
+// "PRIVATE KEY", ...) to the file path with mode, owned by uid and gid
+// unless uid is -1; its error is the write's or the chown's.
+func WritePEM(path, typ string, der []byte, mode os.FileMode, uid, gid int) error {
 	b := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 	if err := os.WriteFile(path, b, mode); err != nil {
 		return err
@@ -205,9 +215,11 @@ func writePEM(path, typ string, der []byte, mode os.FileMode, uid, gid int) erro
 	return nil
 }
 
-func (p *pki) secrets(s *Secrets) {
+// SetSecrets sets s's CAFile, CertFile and KeyFile to p's CA and client
+// certificate and key; a nil p (no TLS) leaves s as it is.
+func (p *PKI) SetSecrets(s *Secrets) {
 	if p == nil {
 		return
 	}
-	s.CAFile, s.CertFile, s.KeyFile = p.ca, p.clientCert, p.clientKey
+	s.CAFile, s.CertFile, s.KeyFile = p.CA, p.ClientCert, p.ClientKey
 }

@@ -25,7 +25,7 @@ const SentinelMaster = "locksuite"
 type RedisSentinel struct {
 	group     // the Redis servers: redis-1 starts as the primary
 	hosts     *Hosts
-	sentinels []*proc
+	sentinels []*Proc
 	saddrs    []string
 
 	mu      sync.Mutex
@@ -80,12 +80,12 @@ type SentinelOptions struct {
 // WithLazyFS; Crash crashes them, not the sentinels (their configuration,
 // rewritten and synced by themselves, is not on lazyfs).
 func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions, opts ...Option) (*RedisSentinel, error) {
-	fail := func(err error, fix string) error { return &Unavailable{"redis-sentinel", err, fixFUSE(err, fix)} }
-	so, err := clusterOptions("redis-sentinel", opts, DurabilityAppendFsyncEverysec, DurabilityAppendFsyncAlways)
+	fail := func(err error, fix string) error { return &Unavailable{"redis-sentinel", err, FixFUSE(err, fix)} }
+	so, err := ClusterSettings("redis-sentinel", opts, DurabilityAppendFsyncEverysec, DurabilityAppendFsyncAlways)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.check("redis-sentinel", 5); err != nil {
+	if err := h.Check("redis-sentinel", 5); err != nil {
 		return nil, fail(err, "place all five processes")
 	}
 	srv, err := lookPath("redis-server")
@@ -96,23 +96,23 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions, opts
 	if err != nil {
 		return nil, fail(err, "install it (apt-get install redis-sentinel, or run ci/setup.sh)")
 	}
-	ports, dir, err := portsAndDir(5, "redis-sentinel")
+	ports, dir, err := PortsAndDir(5, "redis-sentinel")
 	if err != nil {
 		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
-	s := &RedisSentinel{group: group{dir: dir}, hosts: h, primary: net.JoinHostPort(h.host(0), strconv.Itoa(ports[0]))}
+	s := &RedisSentinel{group: group{dir: dir}, hosts: h, primary: net.JoinHostPort(h.Host(0), strconv.Itoa(ports[0]))}
 	for i := range 2 {
 		name, mdir, data, err := s.memberData("redis", i, "data", so)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
-		host := h.host(i)
+		host := h.Host(i)
 		addr := net.JoinHostPort(host, strconv.Itoa(ports[i]))
-		start := h.starter(i)
-		if _, err := s.addOn(name, mdir, host, ports[i], func() (*proc, error) {
+		start := h.Starter(i)
+		if _, err := s.addOn(name, mdir, host, ports[i], func() (*Proc, error) {
 			argv := append([]string{srv, "--port", strconv.Itoa(ports[i]), "--bind", host,
-				"--dir", data.path, "--daemonize", "no", "--repl-diskless-sync-delay", "0"}, redisPersistence(so.durability)...)
+				"--dir", data.path, "--daemonize", "no", "--repl-diskless-sync-delay", "0"}, redisPersistence(so.Durability)...)
 			if h != nil {
 				// Off loopback Redis wants a password otherwise; these are
 				// the harness's own isolated addresses.
@@ -128,7 +128,7 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions, opts
 				h, pt, _ := net.SplitHostPort(p)
 				argv = append(argv, "--replicaof", h, pt)
 			}
-			return launch(start, name, mdir, nil, nil, argv...)
+			return Launch(start, name, mdir, nil, nil, argv...)
 		}); err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+srv+" runs")
@@ -141,7 +141,7 @@ func StartRedisSentinelOn(ctx context.Context, h *Hosts, o SentinelOptions, opts
 			return nil, fail(err, "a writable temporary directory")
 		}
 		port := ports[2+i]
-		host := h.host(2 + i)
+		host := h.Host(2 + i)
 		conf := fmt.Sprintf(`port %d
 bind %s
 daemonize no
@@ -151,13 +151,13 @@ sentinel monitor %s %s %d 2
 sentinel down-after-milliseconds %s 1000
 sentinel failover-timeout %s 2000
 sentinel parallel-syncs %s 1
-`, port, host, sdir, SentinelMaster, h.host(0), ports[0], SentinelMaster, SentinelMaster, SentinelMaster)
+`, port, host, sdir, SentinelMaster, h.Host(0), ports[0], SentinelMaster, SentinelMaster, SentinelMaster)
 		cf := filepath.Join(sdir, "sentinel.conf")
 		if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
-		p, err := launch(h.starter(2+i), name, sdir, nil, nil, sen, cf)
+		p, err := Launch(h.Starter(2+i), name, sdir, nil, nil, sen, cf)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+sen+" runs")
@@ -166,7 +166,7 @@ sentinel parallel-syncs %s 1
 		s.saddrs = append(s.saddrs, net.JoinHostPort(host, strconv.Itoa(port)))
 	}
 	for i, a := range s.saddrs {
-		err := waitReady(ctx, s.sentinels[i], 10*time.Second, func(ctx context.Context) error {
+		err := WaitReady(ctx, s.sentinels[i], 10*time.Second, func(ctx context.Context) error {
 			return s.do(ctx, a, func(c *goredis.Client) error {
 				for _, kv := range [][2]string{{"info-period", "1000"}, {"publish-period", "500"}} {
 					if err := c.Do(ctx, "SENTINEL", "DEBUG", kv[0], kv[1]).Err(); err != nil {
@@ -196,7 +196,7 @@ func (s *RedisSentinel) primaryAddr() string {
 
 // do runs f with a one-off client of addr.
 func (s *RedisSentinel) do(ctx context.Context, addr string, f func(*goredis.Client) error) error {
-	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1, Dialer: s.hosts.dial})
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1, Dialer: s.hosts.Dial})
 	defer c.Close()
 	return f(c)
 }
@@ -205,7 +205,7 @@ func (s *RedisSentinel) do(ctx context.Context, addr string, f func(*goredis.Cli
 // member they agree on, after checking that each can reach a quorum.
 func (s *RedisSentinel) sentinelPrimary(ctx context.Context) (*Member, error) {
 	for _, p := range s.sentinels {
-		if err := p.exited(); err != nil {
+		if err := p.Exited(); err != nil {
 			return nil, err
 		}
 	}
@@ -249,7 +249,7 @@ func (s *RedisSentinel) Healthy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ms, err := running(s.members)
+	ms, err := Running(s.members)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,13 @@
 //
 // Or, instead of starting one, the suite connects to a server the user names
 // (see Env); such servers are never stopped or cleaned by this package.
+//
+// It starts the servers that are external binaries (Redis, Sentinel,
+// Postgres, PgBouncer, MariaDB, ZooKeeper, Consul), and is the kit (Base,
+// Group, Launch, ...) that the servers whose Go code the harness links, or
+// whose clients are large, are built from in packages of their own:
+// harness/services/etcd, nats and kube. It imports none of those, so that
+// a test which starts a server here compiles little.
 package servers
 
 import (
@@ -73,10 +80,10 @@ func FreePort() (int, error) {
 	return ps[0], nil
 }
 
-// portsAndDir reserves n free loopback ports and makes a new temporary
+// PortsAndDir reserves n free loopback ports and makes a new temporary
 // directory "locksuite-" + name + "-...": what every server the harness
 // runs starts with. Its error says which of the two failed.
-func portsAndDir(n int, name string) ([]int, string, error) {
+func PortsAndDir(n int, name string) ([]int, string, error) {
 	ports, err := freePorts(n)
 	if err != nil {
 		return nil, "", fmt.Errorf("free loopback ports: %w", err)
@@ -159,8 +166,8 @@ func ephemeralLow() int {
 	return lo
 }
 
-// proc is a child server process with its own directory and log.
-type proc struct {
+// Proc is a child server process with its own directory and log.
+type Proc struct {
 	name string
 	cmd  *exec.Cmd
 	dir  string
@@ -169,13 +176,14 @@ type proc struct {
 	err  error
 }
 
-// launch runs argv in dir with start (spawn.Start, or a node's Start), in
+// Launch runs argv in dir with start (spawn.Start, or a node's Start), in
 // a process group of its own that dies with this process, with env added
 // to this process's environment and its output appended to dir/name.log
 // (a restarted server's log keeps the earlier run's). cred, if not nil, is
 // the user to run as (Postgres refuses to run as root); the log is then
-// theirs.
-func launch(start func(*exec.Cmd) error, name, dir string, cred *syscall.Credential, env []string, argv ...string) (*proc, error) {
+// theirs. It returns the started process, or the error of opening the
+// log or of start.
+func Launch(start func(*exec.Cmd) error, name, dir string, cred *syscall.Credential, env []string, argv ...string) (*Proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -193,13 +201,14 @@ func launch(start func(*exec.Cmd) error, name, dir string, cred *syscall.Credent
 	if err := start(cmd); err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}
+	p := &Proc{name: name, cmd: cmd, dir: dir, log: logPath, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	return p, nil
 }
 
-// exited reports whether the process has ended, with its log's tail.
-func (p *proc) exited() error {
+// Exited is nil while the process runs; once it has ended, an error
+// saying so, with its exit status and its log's tail.
+func (p *Proc) Exited() error {
 	select {
 	case <-p.done:
 		return fmt.Errorf("%s exited (%v): %s", p.name, p.err, p.tail())
@@ -208,11 +217,11 @@ func (p *proc) exited() error {
 	}
 }
 
-func (p *proc) tail() string { return spawn.LogTail(p.log, 600) }
+func (p *Proc) tail() string { return spawn.LogTail(p.log, 600) }
 
 // stop continues the process group (it may be stopped by a fault), asks it
 // to end with sig, and kills it after grace.
-func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
+func (p *Proc) stop(sig syscall.Signal, grace time.Duration) {
 	pgid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGCONT)
 	_ = syscall.Kill(-pgid, sig)
@@ -227,10 +236,10 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 }
 
 // Pid is the server's process id, for faults that signal it.
-func (p *proc) Pid() int { return p.cmd.Process.Pid }
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
-// httpURL is http://addr, or https://addr with TLS.
-func httpURL(addr string, tls bool) string {
+// HTTPURL is http://addr, or https://addr with tls.
+func HTTPURL(addr string, tls bool) string {
 	if tls {
 		return "https://" + addr
 	}
@@ -264,7 +273,7 @@ func (s *base) Secrets() Secrets { return s.secrets }
 // before Stop to keep it.
 func (s *base) Log() string {
 	if s.m != nil {
-		return s.m.log()
+		return s.m.Log()
 	}
 	return filepath.Join(s.dir, s.logName)
 }
@@ -294,7 +303,7 @@ func (s *base) Members() []*Member {
 func (s *base) Stop() error {
 	s.once.Do(func() {
 		if s.m != nil {
-			s.m.end(s.sig, s.grace)
+			s.m.End(s.sig, s.grace)
 		}
 		if s.shutdown != nil {
 			s.shutdown()
@@ -307,14 +316,14 @@ func (s *base) Stop() error {
 
 // run starts the server's process with start (again, on Crash), as the
 // Member name reached at addr, and waits until ready succeeds (as
-// waitReady does); then it syncs the data directory (see Crasher.Sync).
+// WaitReady does); then it syncs the data directory (see Crasher.Sync).
 // On error the caller stops s.
-func (s *base) run(ctx context.Context, name string, timeout time.Duration, start func() (*proc, error), ready func(context.Context) error) error {
+func (s *base) run(ctx context.Context, name string, timeout time.Duration, start func() (*Proc, error), ready func(context.Context) error) error {
 	if err := s.data.mount(); err != nil {
 		return err
 	}
 	s.m = &Member{name: name, addr: s.addr, dir: s.dir, start: start}
-	if err := s.m.run(); err != nil {
+	if err := s.m.Run(); err != nil {
 		return err
 	}
 	s.procs, s.ready, s.timeout = []*Member{s.m}, ready, timeout
@@ -324,18 +333,19 @@ func (s *base) run(ctx context.Context, name string, timeout time.Duration, star
 	s.m.mu.Lock()
 	p := s.m.p
 	s.m.mu.Unlock()
-	if err := waitReady(ctx, p, timeout, ready); err != nil {
+	if err := WaitReady(ctx, p, timeout, ready); err != nil {
 		return err
 	}
 	return s.Sync()
 }
 
-// waitReady polls check as faults.WaitHealthy does until it succeeds, the
-// process exits, or timeout.
-func waitReady(ctx context.Context, p *proc, timeout time.Duration, check func(context.Context) error) error {
+// WaitReady polls check as faults.WaitHealthy does until it succeeds (nil),
+// the process p exits (p.Exited's error), or timeout or ctx ends (the last
+// check's error, naming p, with p's log's tail).
+func WaitReady(ctx context.Context, p *Proc, timeout time.Duration, check func(context.Context) error) error {
 	var exited error
 	err := faults.WaitHealthy(ctx, timeout, func(ctx context.Context) error {
-		if exited = p.exited(); exited != nil {
+		if exited = p.Exited(); exited != nil {
 			return nil // stop polling: the process is gone
 		}
 		return check(ctx)

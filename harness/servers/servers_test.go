@@ -2,15 +2,13 @@ package servers
 
 import (
 	"context"
-	"os"
+	"github.com/locksuite/locksuite/internal/servercheck"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // TestStartStop starts each server, checks it is healthy (Start waits for
@@ -34,18 +32,10 @@ func TestStartStop(t *testing.T) {
 		{"zookeeper", func(ctx context.Context) (started, error) { return StartZooKeeper(ctx) }, func(s Server) string { return s.(*ZooKeeper).dir }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := timedStart(t, tc.start)
-			stopGone(t, s, tc.dir(s), s.Pid())
+			s := servercheck.TimedStart(t, tc.start)
+			servercheck.StopGone(t, s, tc.dir(s), s.Pid())
 		})
 	}
-	t.Run("etcd", func(t *testing.T) {
-		s := mustStart(t, func() (*Etcd, error) { return StartEtcd(context.Background()) })
-		dir := s.dir
-		s.Stop()
-		if _, err := os.Stat(dir); !os.IsNotExist(err) {
-			t.Errorf("directory %s still exists after Stop (%v)", dir, err)
-		}
-	})
 }
 
 // TestRedisClockJump checks that the harness's redis-server runs under
@@ -58,7 +48,7 @@ func TestRedisClockJump(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r := mustStart(t, func() (*Redis, error) { return StartRedis(ctx) })
+	r := servercheck.MustStart(t, func() (*Redis, error) { return StartRedis(ctx) })
 	if r.Clock() == nil {
 		t.Fatal("redis-server is not under libfaketime: install Debian's faketime package (ci/setup.sh does)")
 	}
@@ -92,12 +82,12 @@ func TestStopContinuesAStoppedServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real server")
 	}
-	r := mustStart(t, func() (*Redis, error) { return StartRedis(context.Background()) })
+	r := servercheck.MustStart(t, func() (*Redis, error) { return StartRedis(context.Background()) })
 	pid, dir := r.Pid(), r.dir
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	stopGone(t, r, dir, pid)
+	servercheck.StopGone(t, r, dir, pid)
 }
 
 // TestPostgresIdleTimeoutIgnoresClockJump measures what the clock-jump
@@ -164,41 +154,6 @@ func TestPostgresIdleTimeoutIgnoresClockJump(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("lock held across the jump, freed %v after it was taken (timeout 2s)", time.Since(t0).Round(time.Millisecond))
-}
-
-// timedStart starts a server with start (within a minute), fails the test
-// if it does not start, and logs how long it took.
-func timedStart[S Server](t *testing.T, start func(context.Context) (S, error)) S {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	t0 := time.Now()
-	s, err := start(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s ready at %s in %v", s.Name(), s.Endpoint(), time.Since(t0).Round(time.Millisecond))
-	return s
-}
-
-// stopGone stops s and checks that the processes pids (0: none) and the
-// directory dir are gone.
-func stopGone(t *testing.T, s interface{ Stop() error }, dir string, pids ...int) {
-	t.Helper()
-	if err := s.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	for _, pid := range pids {
-		if pid != 0 && syscall.Kill(pid, 0) == nil {
-			t.Errorf("process %d still exists after Stop", pid)
-		}
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("directory %s still exists after Stop (%v)", dir, err)
-	}
-	if mps := tempdir.Mounts(dir); len(mps) > 0 {
-		t.Errorf("%q still mounted after Stop", mps)
-	}
 }
 
 // secureVariants are the options a server test runs with: none, and an

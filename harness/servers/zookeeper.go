@@ -185,35 +185,35 @@ func (s *ZooKeeper) Endpoint() string { return s.addr }
 // Netty connection factory) with a certificate of the test CA; client
 // certificates are accepted, not required.
 func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
-	o := apply(opts)
-	fail := func(err error, fix string) error { return &Unavailable{"zookeeper", err, fixFUSE(err, fix)} }
-	if err := o.checkDurability("zookeeper"); err != nil {
+	o := Apply(opts)
+	fail := func(err error, fix string) error { return &Unavailable{"zookeeper", err, FixFUSE(err, fix)} }
+	if err := o.CheckDurability("zookeeper"); err != nil {
 		return nil, err
 	}
-	ports, dir, err := portsAndDir(1, "zookeeper")
+	ports, dir, err := PortsAndDir(1, "zookeeper")
 	if err != nil {
 		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
 	port := ports[0]
 	s := &ZooKeeper{base{dir: dir, sig: syscall.SIGTERM, grace: 3 * time.Second, addr: fmt.Sprintf("127.0.0.1:%d", port)}}
-	if s.data, err = newDataDir(dir, "data", o.lazy, nil); err != nil {
+	if s.data, err = newDataDir(dir, "data", o.Lazy, nil); err != nil {
 		os.RemoveAll(dir)
 		return nil, fail(err, "a writable temporary directory")
 	}
 	var extra []string
-	if o.auth {
-		s.secrets.User, s.secrets.Password = "locksuite", randomSecret()
+	if o.Auth {
+		s.secrets.User, s.secrets.Password = "locksuite", RandomSecret()
 		extra = append(extra, "enforce.auth.enabled=true", "enforce.auth.schemes=digest")
 	}
 	plain := port
 	var probeTLS *tls.Config
-	if o.tls {
-		certs, err := newPKI(dir, -1, -1)
+	if o.TLS {
+		certs, err := NewPKI(dir, -1, -1)
 		if err == nil {
 			err = zkKeyStore(certs, filepath.Join(dir, "server.pem"))
 		}
 		if err == nil {
-			certs.secrets(&s.secrets)
+			certs.SetSecrets(&s.secrets)
 			probeTLS, err = s.secrets.ClientTLS()
 		}
 		if err != nil {
@@ -224,10 +224,10 @@ func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 		extra = append(extra, "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
 			"secureClientPort="+strconv.Itoa(port), "secureClientPortAddress=127.0.0.1",
 			"ssl.keyStore.location="+filepath.Join(dir, "server.pem"), "ssl.keyStore.type=PEM",
-			"ssl.trustStore.location="+certs.ca, "ssl.trustStore.type=PEM", "ssl.clientAuth=want")
+			"ssl.trustStore.location="+certs.CA, "ssl.trustStore.type=PEM", "ssl.clientAuth=want")
 	}
 	cfg := filepath.Join(dir, "zoo.cfg")
-	err = os.WriteFile(cfg, []byte(zkConfig(s.data.path, plain, o.durability, extra...)), 0o600)
+	err = os.WriteFile(cfg, []byte(zkConfig(s.data.path, plain, o.Durability, extra...)), 0o600)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fail(err, "a writable temporary directory")
@@ -237,7 +237,7 @@ func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 		os.RemoveAll(dir)
 		return nil, fail(err, zkInstall)
 	}
-	start := func() (*proc, error) { return launch(spawn.Start, "zookeeper", dir, nil, nil, argv...) }
+	start := func() (*Proc, error) { return Launch(spawn.Start, "zookeeper", dir, nil, nil, argv...) }
 	err = s.run(ctx, "zookeeper", 30*time.Second, start, func(ctx context.Context) error {
 		m, err := zkMode(ctx, s.addr, probeTLS)
 		if err == nil && m != "standalone" {
@@ -254,12 +254,12 @@ func StartZooKeeper(ctx context.Context, opts ...Option) (*ZooKeeper, error) {
 
 // zkKeyStore writes the server's key and certificate into one PEM file, the
 // form ZooKeeper's PEM key store reads.
-func zkKeyStore(certs *pki, path string) error {
-	key, err := os.ReadFile(certs.serverKey)
+func zkKeyStore(certs *PKI, path string) error {
+	key, err := os.ReadFile(certs.ServerKey)
 	if err != nil {
 		return err
 	}
-	cert, err := os.ReadFile(certs.serverCert)
+	cert, err := os.ReadFile(certs.ServerCert)
 	if err != nil {
 		return err
 	}
@@ -286,15 +286,15 @@ func (s *ZooKeeperEnsemble) Endpoint() string { return strings.Join(s.Addrs(), "
 // follows. It takes WithDurability (forceSync, as StartZooKeeper) and
 // WithLazyFS.
 func StartZooKeeperEnsemble(ctx context.Context, n int, opts ...Option) (*ZooKeeperEnsemble, error) {
-	fail := func(err error, fix string) error { return &Unavailable{"zookeeper-ensemble", err, fixFUSE(err, fix)} }
-	o, err := clusterOptions("zookeeper-ensemble", opts)
+	fail := func(err error, fix string) error { return &Unavailable{"zookeeper-ensemble", err, FixFUSE(err, fix)} }
+	o, err := ClusterSettings("zookeeper-ensemble", opts)
 	if err != nil {
 		return nil, err
 	}
 	if n < 1 {
 		return nil, fail(fmt.Errorf("%d servers", n), "ask for at least one (three for failover)")
 	}
-	ports, dir, err := portsAndDir(3*n, "zookeeper-ensemble")
+	ports, dir, err := PortsAndDir(3*n, "zookeeper-ensemble")
 	if err != nil {
 		return nil, fail(err, "free loopback ports and a writable temporary directory")
 	}
@@ -322,7 +322,7 @@ func StartZooKeeperEnsemble(ctx context.Context, n int, opts ...Option) (*ZooKee
 			return nil, fail(err, "a writable temporary directory")
 		}
 		cfg := filepath.Join(mdir, "zoo.cfg")
-		if err := os.WriteFile(cfg, []byte(zkConfig(data.path, ports[3*i], o.durability, peers...)), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte(zkConfig(data.path, ports[3*i], o.Durability, peers...)), 0o600); err != nil {
 			s.Stop()
 			return nil, fail(err, "a writable temporary directory")
 		}
@@ -331,7 +331,7 @@ func StartZooKeeperEnsemble(ctx context.Context, n int, opts ...Option) (*ZooKee
 			s.Stop()
 			return nil, fail(err, zkInstall)
 		}
-		if _, err := s.add(name, mdir, ports[3*i], func() (*proc, error) { return startMemberProc(name, mdir, nil, argv...) }); err != nil {
+		if _, err := s.add(name, mdir, ports[3*i], func() (*Proc, error) { return startMemberProc(name, mdir, nil, argv...) }); err != nil {
 			s.Stop()
 			return nil, fail(err, "check that "+argv[0]+" runs")
 		}
@@ -347,7 +347,7 @@ func StartZooKeeperEnsemble(ctx context.Context, n int, opts ...Option) (*ZooKee
 // leader, after checking that every other running server follows and that
 // the leader counts each of them as a synced follower (mntr).
 func (s *ZooKeeperEnsemble) status(ctx context.Context) (*Member, error) {
-	ms, err := running(s.members)
+	ms, err := Running(s.members)
 	if err != nil {
 		return nil, err
 	}

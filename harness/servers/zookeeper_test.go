@@ -3,6 +3,7 @@ package servers
 import (
 	"context"
 	"fmt"
+	"github.com/locksuite/locksuite/internal/servercheck"
 	"io"
 	"log"
 	"strings"
@@ -62,7 +63,7 @@ func TestZooKeeperServes(t *testing.T) {
 		if want := "minSessionTimeout=200"; !strings.Contains(st, want) {
 			t.Errorf("conf lacks %q:\n%s", want, st)
 		}
-		stopGone(t, s, s.dir, s.Pid())
+		servercheck.StopGone(t, s, s.dir, s.Pid())
 	})
 	t.Run("ensemble", func(t *testing.T) {
 		t0 := time.Now()

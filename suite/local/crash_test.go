@@ -12,6 +12,7 @@ import (
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
+	"github.com/locksuite/locksuite/harness/services/kube"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -43,8 +44,8 @@ func TestClusterCrashScenarios(t *testing.T) {
 // when named): kube-apiserver and its etcd killed at once and restarted.
 // Skipped without the kube-apiserver build.
 func TestKubeCrashScenarios(t *testing.T) {
-	if _, err := servers.KubeAPIServerBinary(); err != nil {
-		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
+	if _, err := kube.APIServerBinary(); err != nil {
+		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, kube.Version)
 	}
 	crashSpecs(t, []string{"k8s-lease"}, suite.ServerCrash, suite.PowerLoss)
 }
@@ -119,7 +120,7 @@ func crashSpecs(t *testing.T, names []string, crash, powerLoss string) {
 			for _, m := range v.Members() {
 				pids = append(pids, m.Pid())
 			}
-		case *servers.KubeAPIServer:
+		case *kube.APIServer:
 			pids = append(pids, v.Pid())
 		}
 	}

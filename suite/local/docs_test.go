@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/kube"
 )
 
 // TestDocsNameTheTable: the hand-written lists agree with the table. This
@@ -62,8 +62,8 @@ func TestDocsNameTheTable(t *testing.T) {
 	}
 	vars := section(t, "docs/servers.md", string(serversMD), "## Your own servers", "\nEverything the suite makes")
 	known := map[string]bool{"LOCKSUITE_CONSUL": true, StoreEnv: true} // binaries the harness starts; the store's server
-	for _, c := range servers.KubeComponents {
-		known[servers.KubeBinaryEnv(c)] = true
+	for _, c := range kube.Components {
+		known[kube.BinaryEnv(c)] = true
 	}
 	for _, s := range services() {
 		if !strings.Contains(vars, "`"+s.vars[0]+"`") {

@@ -19,6 +19,7 @@ import (
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/fencing/etcdstore"
 	"github.com/locksuite/locksuite/harness/servers"
+	etcdservice "github.com/locksuite/locksuite/harness/services/etcd"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -30,7 +31,7 @@ var etcdService = &service{
 	lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
 	vars:       []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
 	fromEnv:    etcdFromEnv("etcd", "ETCDCTL_ENDPOINTS"),
-	start:      startOf(servers.StartEtcd),
+	start:      startOf(etcdservice.Start),
 	probe:      probeEtcd,
 	diagnose:   diagnoseEtcd,
 	hostPortOf: func(ep string) string { return stripScheme(strings.Split(ep, ",")[0]) },
@@ -42,9 +43,9 @@ var etcdService = &service{
 
 // etcdCluster is three etcd members; named by its variable, it takes the
 // ETCDCTL_* credentials and TLS settings.
-var etcdCluster = clusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", etcdService, threeOf(servers.StartEtcdCluster)).
+var etcdCluster = clusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", etcdService, threeOf(etcdservice.StartCluster)).
 	withSecurityOf(etcdService, etcdFromEnv("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER")).
-	onThreeNodes(threeOn(servers.StartEtcdClusterOn))
+	onThreeNodes(threeOn(etcdservice.StartClusterOn))
 
 const etcdServerModule = "go.etcd.io/etcd/server/v3"
 

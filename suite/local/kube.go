@@ -25,6 +25,7 @@ import (
 	"github.com/locksuite/locksuite/backends/k8slease"
 	"github.com/locksuite/locksuite/backends/leaderelection"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/kube"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -39,7 +40,7 @@ const KubeNamespaceEnv = "LOCKSUITE_KUBE_NAMESPACE"
 const noClockKube = "the Lease's expiry is judged by each candidate's own clock, not the server's: client-go (and k8s-lease) time it from when the candidate first saw the record, with Go's monotonic clock, which a stepped wall clock does not move; kube-apiserver itself is a Go program that libfaketime cannot move (as consul), and the suite's clock fault moves a server's clock, not a client's"
 
 // kubeService is the Kubernetes API the two Lease backends run on:
-// kube-apiserver started by the harness (servers.StartKube), a namespace
+// kube-apiserver started by the harness (kube.Start), a namespace
 // it creates in the cluster KUBECONFIG names, or, with KUBECONFIG and
 // LOCKSUITE_KUBE_NAMESPACE, that namespace as it is.
 //
@@ -52,7 +53,7 @@ var kubeService = &service{
 	vars:    []string{"KUBECONFIG", KubeNamespaceEnv},
 	fromEnv: kubeFromEnv,
 	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
-		return servers.StartKube(ctx, o...)
+		return kube.Start(ctx, o...)
 	},
 	timeout:    120 * time.Second, // kube-apiserver waits for its informers: 3-4 s idle, more on a busy machine
 	connect:    kubeConnect,
@@ -75,7 +76,7 @@ var kubeBackends = []backend{
 
 // kubeVersion asks the kube-apiserver binary the harness would start.
 func kubeVersion() string {
-	b, err := servers.KubeAPIServerBinary()
+	b, err := kube.APIServerBinary()
 	if err != nil {
 		return "not found here (" + err.Error() + ")"
 	}
@@ -83,7 +84,7 @@ func kubeVersion() string {
 }
 
 // kubeFromEnv: with LOCKSUITE_KUBE_NAMESPACE, the namespace of the cluster
-// KUBECONFIG names; with KUBECONFIG alone, nil (servers.StartKube creates
+// KUBECONFIG names; with KUBECONFIG alone, nil (kube.Start creates
 // a namespace there, and Stop deletes it).
 func kubeFromEnv() (*conn, error) {
 	ns, kc := os.Getenv(KubeNamespaceEnv), os.Getenv("KUBECONFIG")
@@ -116,9 +117,9 @@ func kubeconfig(path string) (*rest.Config, error) {
 // it: KUBECONFIG (the user's, or a file for the harness's kube-apiserver)
 // and the namespace, which the worker then uses as it is.
 func kubeConnect(s servers.Server) (*conn, error) {
-	k := s.(servers.Kube)
+	k := s.(kube.API)
 	kc := os.Getenv("KUBECONFIG")
-	if a, ok := k.(*servers.KubeAPIServer); ok {
+	if a, ok := k.(*kube.APIServer); ok {
 		var err error
 		if kc, err = a.Kubeconfig(); err != nil {
 			return nil, err
@@ -198,8 +199,8 @@ func kubeHostPort(ep string) string {
 // the member leaves it running; a crash kills both), or none for a cluster
 // of the user's.
 func kubeServers(sv *service, s servers.Server) suite.Servers {
-	k := &kubeMembers{svc: sv, c: &conn{rest: s.(servers.Kube).RestConfig(), namespace: s.(servers.Kube).Namespace()}}
-	if a, ok := s.(*servers.KubeAPIServer); ok {
+	k := &kubeMembers{svc: sv, c: &conn{rest: s.(kube.API).RestConfig(), namespace: s.(kube.API).Namespace()}}
+	if a, ok := s.(*kube.APIServer); ok {
 		k.members = []suite.Member{&member{name: "kube-apiserver", proc: a.Member(), jump: unsupported(noClockKube)}}
 	}
 	return k

@@ -9,8 +9,8 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/report"
-	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
+	"github.com/locksuite/locksuite/harness/services/kube"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
 	"github.com/locksuite/locksuite/suite/local/localtest"
@@ -25,8 +25,8 @@ import (
 // that does not exist is reported as such.
 func TestKube(t *testing.T) {
 	ctx := servertest.Slow(t, "starts a real kube-apiserver", 3*time.Minute)
-	if _, err := servers.KubeAPIServerBinary(); err != nil {
-		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
+	if _, err := kube.APIServerBinary(); err != nil {
+		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, kube.Version)
 	}
 	env := localtest.Start(t, ctx, local.WhenNamed)
 	for _, n := range local.WhenNamed {

@@ -72,6 +72,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/kube/kubecluster"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/locksuite/locksuite/suite"
@@ -258,7 +259,7 @@ func WithStore(name string) Option { return func(o *options) { o.store = name } 
 // servers and workers whose owning process is gone (tempdir.RemoveStale).
 func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	tempdir.RemoveStale()
-	servers.RemoveStaleKube() // cgroups of a Kubernetes cluster whose process was killed
+	kubecluster.RemoveStale() // cgroups of a Kubernetes cluster whose process was killed
 	var o options
 	for _, f := range opts {
 		f(&o)

@@ -16,6 +16,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/natskv"
 	"github.com/locksuite/locksuite/harness/servers"
+	natsservice "github.com/locksuite/locksuite/harness/services/nats"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -29,7 +30,7 @@ var natsService = &service{
 	fromEnv:    natsFromEnv("NATS_URL"),
 	diagnose:   diagnoseNATS,
 	hostPortOf: natsHostPort,
-	start:      startOf(servers.StartNATS),
+	start:      startOf(natsservice.Start),
 	probe:      probeNATS,
 	servers:    oneProcess("nats-server", noClockGo),
 	version:    func() string { return "embedded: " + natsServerModule + " v" + server.VERSION },
@@ -38,7 +39,7 @@ var natsService = &service{
 // natsCluster is three NATS servers; named by its variable, it takes the
 // credentials in its URLs.
 var natsCluster = func() *service {
-	s := clusterOf("nats-cluster", "a NATS cluster", "three embedded nats-servers", "LOCKSUITE_NATS_CLUSTER", natsService, threeOf(servers.StartNATSCluster))
+	s := clusterOf("nats-cluster", "a NATS cluster", "three embedded nats-servers", "LOCKSUITE_NATS_CLUSTER", natsService, threeOf(natsservice.StartCluster))
 	s.fromEnv = natsFromEnv("LOCKSUITE_NATS_CLUSTER") // credentials in the URLs
 	return s
 }()

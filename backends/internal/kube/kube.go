@@ -47,7 +47,7 @@ type Client struct {
 // makes 15 times as many requests.
 func NewClient(prefix string, rc *rest.Config, dial dialer.Func, ns string) (*Client, error) {
 	if rc == nil {
-		return nil, fmt.Errorf("%s: Config.Rest is nil: pass the API server's rest.Config (servers.Kube.RestConfig, or clientcmd's from a kubeconfig)", prefix)
+		return nil, fmt.Errorf("%s: Config.Rest is nil: pass the API server's rest.Config (harness/services/kube's API.RestConfig, or clientcmd's from a kubeconfig)", prefix)
 	}
 	rc = rest.CopyConfig(rc)
 	if dial == nil {

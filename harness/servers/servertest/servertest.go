@@ -39,7 +39,7 @@ func Start[S interface{ Stop() error }](t testing.TB, ctx context.Context, start
 	return s
 }
 
-// Cluster starts an n-member cluster with start (servers.StartNATSCluster,
+// Cluster starts an n-member cluster with start (nats.StartCluster,
 // servers.StartZooKeeperEnsemble, ...) and opts as Start starts a server,
 // and logs how long it took to be healthy.
 func Cluster[C interface{ Stop() error }](t testing.TB, ctx context.Context, start func(context.Context, int, ...servers.Option) (C, error), n int, opts ...servers.Option) C {
@@ -52,19 +52,4 @@ func Cluster[C interface{ Stop() error }](t testing.TB, ctx context.Context, sta
 	t.Cleanup(func() { c.Stop() })
 	t.Logf("cluster healthy in %v", time.Since(t0).Round(time.Millisecond))
 	return c
-}
-
-// KubeAPIServer starts kube-apiserver (servers.StartKubeAPIServer) as
-// Start does, logging how long it took, or skips the test under -short or
-// when the binary is not built, saying how to build it.
-func KubeAPIServer(t testing.TB) *servers.KubeAPIServer {
-	t.Helper()
-	if _, err := servers.KubeAPIServerBinary(); err != nil && !testing.Short() {
-		t.Skipf("%v: run ci/setup.sh to build kube-apiserver %s (or set LOCKSUITE_KUBE_APISERVER)", err, servers.KubeAPIServerVersion)
-	}
-	ctx := Slow(t, "starts a real kube-apiserver", 2*time.Minute)
-	t0 := time.Now()
-	s := Start(t, ctx, servers.StartKubeAPIServer)
-	t.Logf("kube-apiserver ready in %v", time.Since(t0).Round(time.Millisecond))
-	return s
 }

@@ -14,19 +14,19 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/servers"
-	"github.com/locksuite/locksuite/harness/servers/servertest"
+	"github.com/locksuite/locksuite/harness/services/kube"
+	"github.com/locksuite/locksuite/harness/services/kube/kubetest"
 )
 
-// Start starts kube-apiserver (servertest.KubeAPIServer) and stops it
+// Start starts kube-apiserver (harness/services/kube/kubetest.APIServer) and stops it
 // when the test ends, or skips the test when the binary is not built.
-func Start(t *testing.T) *servers.KubeAPIServer {
+func Start(t *testing.T) *kube.APIServer {
 	t.Helper()
-	return servertest.KubeAPIServer(t)
+	return kubetest.APIServer(t)
 }
 
 // Lease reads the Lease name in s's namespace.
-func Lease(t *testing.T, s servers.Kube, name string) *coordinationv1.Lease {
+func Lease(t *testing.T, s kube.API, name string) *coordinationv1.Lease {
 	t.Helper()
 	c, err := coordinationv1client.NewForConfig(s.RestConfig())
 	if err != nil {

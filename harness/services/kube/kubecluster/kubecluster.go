@@ -1,4 +1,10 @@
-package servers
+// Package kubecluster starts a real multi-node Kubernetes cluster on this
+// machine for tests (Start): its control plane and nodes in network
+// namespaces of their own. Its node holders and its etcd are this binary
+// run again (see the role in node.go): a binary that starts a cluster
+// imports this package, as every binary that uses it does. No adapter's
+// test imports it.
+package kubecluster
 
 import (
 	"bytes"
@@ -15,6 +21,10 @@ import (
 
 	"github.com/locksuite/locksuite/harness/kubeimage"
 	"github.com/locksuite/locksuite/harness/nodes"
+	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/etcd"
+	"github.com/locksuite/locksuite/harness/services/kube"
+	"github.com/locksuite/locksuite/harness/services/kube/internal/apiserver"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,9 +34,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// KubePauseImage is the pause (sandbox) image of the cluster's pods, built
-// from kubeimage.PausePackage and imported by StartKubeCluster.
-const KubePauseImage = "localhost/locksuite/pause:" + KubeAPIServerVersion
+// PauseImage is the pause (sandbox) image of the cluster's pods, built
+// from kubeimage.PausePackage and imported by Start.
+const PauseImage = "localhost/locksuite/pause:" + kube.Version
 
 // The cluster's well-known ports, on the nodes' own addresses: their
 // network namespaces are the run's, so no other process can hold them.
@@ -43,57 +53,57 @@ const (
 // kubePodNetwork holds every node's pod subnet.
 var kubePodNetwork = netip.MustParsePrefix("10.78.0.0/16")
 
-// KubePodSubnet is the pod network of node i of a KubeCluster,
+// PodSubnet is the pod network of node i of a Cluster,
 // 10.78.i.0/24: the bridge "cni0" in the node's network namespace has its
 // first address, the gateway of the node's pods.
-func KubePodSubnet(i int) netip.Prefix {
+func PodSubnet(i int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 78, byte(i), 0}), 24)
 }
 
-// kubeNode is one node of a KubeCluster.
+// kubeNode is one node of a Cluster.
 type kubeNode struct {
 	node   *nodes.Node
 	dir    string // its directory, in the cluster's
 	cgroup string // the cgroup its pods live under, in every hierarchy
-	holder *Member
+	holder *servers.Member
 }
 
-// KubeCluster is a real Kubernetes cluster that StartKubeCluster started
+// Cluster is a real Kubernetes cluster that Start started
 // on this machine: etcd, kube-apiserver, kube-controller-manager and
 // kube-scheduler, and nodes whose kubelets run pods with containerd, runc
 // and the bridge CNI plugin. Everything is in network namespaces of its own
 // (a nodes.Network, one namespace per node): the harness reaches the API
 // through the network (RestConfig dials from node n0), and a pod reaches a
 // listener the harness opens with Nodes()[i].Listen at Nodes()[i].Addr().
-type KubeCluster struct {
+type Cluster struct {
 	nw      *nodes.Network
 	nodes   []*kubeNode
 	dir     string
 	token   string
 	tokens  map[string]string // each user's
 	ca      string
-	members []*Member // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then each node's holder
+	members []*servers.Member // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then each node's holder
 	once    sync.Once
 }
 
-var _ Kube = (*KubeCluster)(nil)
+var _ kube.API = (*Cluster)(nil)
 
 // Name is "kubernetes".
-func (c *KubeCluster) Name() string { return "kubernetes" }
+func (c *Cluster) Name() string { return "kubernetes" }
 
 // Endpoint is the API's host:port: n0's address, port 6443.
-func (c *KubeCluster) Endpoint() string {
+func (c *Cluster) Endpoint() string {
 	return netip.AddrPortFrom(c.nodes[0].node.Addr(), kubeAPIPort).String()
 }
 
 // Namespace is "locksuite", made at start.
-func (c *KubeCluster) Namespace() string { return kubeNamespace }
+func (c *Cluster) Namespace() string { return apiserver.Namespace }
 
 // Nodes are the cluster's nodes (network namespaces), by index: node i is
 // the Kubernetes node named Nodes()[i].Name(), "n<i>". n0 also runs the
 // control plane. A pod reaches a listener made with Listen on a node's
 // Addr; Dial connects from a node into the cluster.
-func (c *KubeCluster) Nodes() []*nodes.Node {
+func (c *Cluster) Nodes() []*nodes.Node {
 	out := make([]*nodes.Node, len(c.nodes))
 	for i, n := range c.nodes {
 		out[i] = n.node
@@ -102,27 +112,27 @@ func (c *KubeCluster) Nodes() []*nodes.Node {
 }
 
 // Network is the nodes' network, for faults between nodes (Inject).
-func (c *KubeCluster) Network() *nodes.Network { return c.nw }
+func (c *Cluster) Network() *nodes.Network { return c.nw }
 
 // Members are the cluster's processes: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler and, for each node, "node-n<i>",
 // its holder (PID 1 of the node, parent of its containerd and kubelet; see
-// kubenode.go).
-func (c *KubeCluster) Members() []*Member { return append([]*Member(nil), c.members...) }
+// node.go).
+func (c *Cluster) Members() []*servers.Member { return append([]*servers.Member(nil), c.members...) }
 
 // Dir is the cluster's directory, which Stop removes: the logs of its
 // processes (<name>.log, and n<i>/containerd.log, n<i>/kubelet.log).
-func (c *KubeCluster) Dir() string { return c.dir }
+func (c *Cluster) Dir() string { return c.dir }
 
-// KubeDriverUser is a user of every KubeCluster with no permission until
+// DriverUser is a user of every Cluster with no permission until
 // a RoleBinding grants it one (RestConfigAs): the least privilege a
 // --kubernetes driver needs is checked with it.
-const KubeDriverUser = "locksuite-driver"
+const DriverUser = "locksuite-driver"
 
-// RestConfigAs is RestConfig for user, one of KubeDriverUser and the
+// RestConfigAs is RestConfig for user, one of DriverUser and the
 // cluster's components ("system:kube-scheduler", "system:node:n0", ...), or
 // nil for another user.
-func (c *KubeCluster) RestConfigAs(user string) *rest.Config {
+func (c *Cluster) RestConfigAs(user string) *rest.Config {
 	t, ok := c.tokens[user]
 	if !ok {
 		return nil
@@ -135,11 +145,11 @@ func (c *KubeCluster) RestConfigAs(user string) *rest.Config {
 // RestConfig authenticates as the user "locksuite" (group
 // system:masters), trusts the cluster's test CA and dials through the
 // network.
-func (c *KubeCluster) RestConfig() *rest.Config {
+func (c *Cluster) RestConfig() *rest.Config {
 	return &rest.Config{
 		Host:        "https://" + c.Endpoint(),
 		BearerToken: c.token,
-		// The server's certificate is for 127.0.0.1 (newPKI).
+		// The server's certificate is for 127.0.0.1 (servers.NewPKI).
 		TLSClientConfig: rest.TLSClientConfig{CAFile: c.ca, ServerName: "127.0.0.1"},
 		UserAgent:       "locksuite",
 		Dial:            c.nw.Dial,
@@ -155,7 +165,7 @@ func (n *kubeNode) containerdSocket() string { return filepath.Join(n.dir, "cont
 // namespace "k8s.io" that kubelet uses, with ctr. Pods run it by the name
 // it was written with, with imagePullPolicy Never (or IfNotPresent and a
 // tag other than "latest"): the cluster pulls from no registry.
-func (c *KubeCluster) ImportImage(ctx context.Context, path string) error {
+func (c *Cluster) ImportImage(ctx context.Context, path string) error {
 	for _, n := range c.nodes {
 		if err := n.importImage(ctx, path); err != nil {
 			return err
@@ -171,7 +181,7 @@ func (c *KubeCluster) ImportImage(ctx context.Context, path string) error {
 // imports that into every node (ImportImage). It returns the binary's
 // path, which this machine can run too: the binary and the archive are in
 // the cluster's directory until Stop.
-func (c *KubeCluster) ImportProgram(ctx context.Context, pkg, ref string, args ...string) (bin string, err error) {
+func (c *Cluster) ImportProgram(ctx context.Context, pkg, ref string, args ...string) (bin string, err error) {
 	dir, err := os.MkdirTemp(c.dir, "image-")
 	if err != nil {
 		return "", err
@@ -230,51 +240,51 @@ func kubeCNIDir() (string, error) {
 // missing and how to get it.
 func kubeClusterBinaries() (map[string]string, string, error) {
 	bins := map[string]string{}
-	for _, comp := range KubeComponents {
-		p, err := KubeBinary(comp)
+	for _, comp := range kube.Components {
+		p, err := kube.Binary(comp)
 		if err != nil {
-			return nil, "", &Unavailable{"kubernetes", err, "run ci/setup.sh (it builds kube-apiserver, kubelet, kube-controller-manager and kube-scheduler " + KubeAPIServerVersion + " in one go build), or set LOCKSUITE_KUBE_APISERVER, LOCKSUITE_KUBELET, LOCKSUITE_KUBE_CONTROLLER_MANAGER and LOCKSUITE_KUBE_SCHEDULER to binaries"}
+			return nil, "", &servers.Unavailable{Backend: "kubernetes", Err: err, Fix: "run ci/setup.sh (it builds kube-apiserver, kubelet, kube-controller-manager and kube-scheduler " + kube.Version + " in one go build), or set LOCKSUITE_KUBE_APISERVER, LOCKSUITE_KUBELET, LOCKSUITE_KUBE_CONTROLLER_MANAGER and LOCKSUITE_KUBE_SCHEDULER to binaries"}
 		}
 		bins[comp] = p
 	}
 	for _, t := range kubeNodeTools {
 		p, err := exec.LookPath(t.bin)
 		if err != nil {
-			return nil, "", &Unavailable{"kubernetes", err, "apt-get install " + t.pkg}
+			return nil, "", &servers.Unavailable{Backend: "kubernetes", Err: err, Fix: "apt-get install " + t.pkg}
 		}
 		bins[t.bin] = p
 	}
 	cni, err := kubeCNIDir()
 	if err != nil {
-		return nil, "", &Unavailable{"kubernetes", err, "apt-get install containernetworking-plugins"}
+		return nil, "", &servers.Unavailable{Backend: "kubernetes", Err: err, Fix: "apt-get install containernetworking-plugins"}
 	}
 	return bins, cni, nil
 }
 
-// StartKubeCluster starts a Kubernetes cluster of n nodes (1 to 16) and
+// Start starts a Kubernetes cluster of n nodes (1 to 16) and
 // returns once every node is Ready, has the pause image, and the namespace
 // "locksuite" exists. It needs root (namespaces, mounts, cgroups), the
-// binaries of KubeComponents (ci/setup.sh builds them), Debian's
+// binaries of kube.Components (ci/setup.sh builds them), Debian's
 // containerd, runc and containernetworking-plugins, and the go command (it
 // builds the pause program); without one of them it fails with an
 // *Unavailable that names the fix. Before it starts, it removes what
-// clusters of dead processes left (RemoveStaleKube).
+// clusters of dead processes left (RemoveStale).
 //
 // The cluster lives in a nodes.Network of n nodes, n0 … n(n-1). n0's
 // network namespace holds the control plane: an etcd process (this binary
 // re-run) on 127.0.0.1:2379, kube-apiserver on n0's address, port 6443
-// (configured as StartKubeAPIServer's, with one static token per component
-// and node and for KubeDriverUser, and authorization by the Node
+// (configured as kube.StartAPIServer's, with one static token per component
+// and node and for DriverUser, and authorization by the Node
 // authorizer and RBAC instead of AlwaysAllow), kube-controller-manager
 // (each controller as its own service account) and kube-scheduler (no
 // leader election). Every node i runs a holder: PID 1 of new PID, mount and UTS
-// namespaces in the node's network namespace (kubenode.go), parent of a
+// namespaces in the node's network namespace (node.go), parent of a
 // containerd of the node's own (config, root, state and socket in the
 // cluster's directory; CRI on; overlayfs; runc) and of kubelet (node name
 // n<i>, cgroupfs driver under a cgroup /locksuite-kube-… of the node's
 // own, failCgroupV1 false, anonymous access to its API allowed, no
 // registry pulls: every image is imported). Node i's pods get addresses in
-// KubePodSubnet(i) on the bridge cni0 of its namespace (bridge and
+// PodSubnet(i) on the bridge cni0 of its namespace (bridge and
 // host-local CNI plugins, no masquerade). A pod's routes lead to the nodes'
 // network and to 10.78.0.0/16 through its node's cni0; every node routes
 // the other nodes' pod subnets to them over the network, and neither has a
@@ -284,35 +294,35 @@ func kubeClusterBinaries() (map[string]string, string, error) {
 // The nodes see fixed values of the kernel settings kubelet would
 // otherwise change for the whole machine (vm.overcommit_memory,
 // kernel.panic, kernel.panic_on_oops, …): the host's stay as they are.
-func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
+func Start(ctx context.Context, n int) (*Cluster, error) {
 	if n < 1 || n > kubeMaxNodes {
-		return nil, fmt.Errorf("servers: StartKubeCluster(%d): a cluster has 1 to %d nodes", n, kubeMaxNodes)
+		return nil, fmt.Errorf("kubecluster: Start(%d): a cluster has 1 to %d nodes", n, kubeMaxNodes)
 	}
 	if err := nodes.Check(); err != nil {
-		return nil, &Unavailable{"kubernetes", err, "run as root"}
+		return nil, &servers.Unavailable{Backend: "kubernetes", Err: err, Fix: "run as root"}
 	}
 	bins, cniDir, err := kubeClusterBinaries()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := RemoveStaleKube(); err != nil {
-		return nil, &Unavailable{"kubernetes", err, "remove the cgroups locksuite-kube-* of dead runs by hand"}
+	if _, err := RemoveStale(); err != nil {
+		return nil, &servers.Unavailable{Backend: "kubernetes", Err: err, Fix: "remove the cgroups locksuite-kube-* of dead runs by hand"}
 	}
 	dir, err := tempdir.New("", "locksuite-kubecluster-")
 	if err != nil {
-		return nil, &Unavailable{"kubernetes", err, "a writable temporary directory"}
+		return nil, &servers.Unavailable{Backend: "kubernetes", Err: err, Fix: "a writable temporary directory"}
 	}
-	c := &KubeCluster{dir: dir, token: randomSecret()}
-	fail := func(err error, fix string) (*KubeCluster, error) {
+	c := &Cluster{dir: dir, token: servers.RandomSecret()}
+	fail := func(err error, fix string) (*Cluster, error) {
 		c.Stop()
-		return nil, &Unavailable{"kubernetes", err, fix}
+		return nil, &servers.Unavailable{Backend: "kubernetes", Err: err, Fix: fix}
 	}
 	pause, err := kubeimage.Static(ctx, dir, kubeimage.PausePackage)
 	if err != nil {
 		return fail(err, "the go command and locksuite's module (the pause program is built from source)")
 	}
 	pauseTar := filepath.Join(dir, "pause.tar")
-	if err := kubeimage.Write(pauseTar, KubePauseImage, pause); err != nil {
+	if err := kubeimage.Write(pauseTar, PauseImage, pause); err != nil {
 		return fail(err, "see the error")
 	}
 	if c.nw, err = nodes.New(ctx, n); err != nil {
@@ -326,7 +336,7 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 		{"locksuite", "system:masters"},
 		{"system:kube-controller-manager", ""},
 		{"system:kube-scheduler", ""},
-		{KubeDriverUser, ""},
+		{DriverUser, ""},
 	}
 	for _, kn := range c.nodes {
 		users = append(users, struct{ user, group string }{"system:node:" + kn.node.Name(), "system:nodes"})
@@ -337,16 +347,16 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 	for _, u := range users {
 		t := c.token
 		if u.user != "locksuite" {
-			t = randomSecret()
+			t = servers.RandomSecret()
 		}
 		tokens[u.user] = t
 		lines = append(lines, fmt.Sprintf("%s,%s,%s,%q", t, u.user, u.user, u.group))
 	}
-	f, err := newKubeFiles(dir, lines...)
+	f, err := apiserver.NewFiles(dir, lines...)
 	if err != nil {
 		return fail(err, "a writable temporary directory and a working crypto/rand")
 	}
-	c.ca = f.certs.ca
+	c.ca = f.Certs.CA
 	// kubeconfig writes the kubeconfig of user, for a process on a node.
 	kubeconfig := func(user string) (string, error) {
 		cfg := clientcmdapi.NewConfig()
@@ -357,25 +367,25 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 		p := filepath.Join(dir, user+".kubeconfig")
 		return p, clientcmd.WriteToFile(*cfg, p)
 	}
-	add := func(m *Member) error {
+	add := func(m *servers.Member) error {
 		c.members = append(c.members, m)
-		return m.run()
+		return m.Run()
 	}
-	onN0 := func(name string, argv ...string) (*Member, error) {
-		m := &Member{name: name, addr: c.Endpoint(), dir: dir, start: func() (*proc, error) {
-			return launch(n0.Start, name, dir, nil, nil, argv...)
-		}}
+	onN0 := func(name string, argv ...string) (*servers.Member, error) {
+		m := servers.NewMember(name, c.Endpoint(), dir, func() (*servers.Proc, error) {
+			return servers.Launch(n0.Start, name, dir, nil, nil, argv...)
+		})
 		return m, add(m)
 	}
 
-	// etcd: this binary again, as a one-member cluster (etcdcluster.go).
+	// etcd: this binary again, as a one-member cluster (etcd.StartMember).
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", kubeEtcdPort)
-	if err := add(&Member{name: "etcd", addr: fmt.Sprintf("127.0.0.1:%d", kubeEtcdPort), dir: dir, start: func() (*proc, error) {
+	if err := add(servers.NewMember("etcd", fmt.Sprintf("127.0.0.1:%d", kubeEtcdPort), dir, func() (*servers.Proc, error) {
 		peer := fmt.Sprintf("http://127.0.0.1:%d", kubeEtcdPort+1)
-		return startSelfMember(n0.Start, "etcd", dir, etcdMemberEnv, etcdMemberSpec{
+		return etcd.StartMember(n0.Start, "etcd", dir, etcd.MemberSpec{
 			Name: "etcd", Dir: filepath.Join(dir, "etcd"), Client: etcdURL, Peer: peer,
 			InitialCluster: "etcd=" + peer, Token: "locksuite-kube"})
-	}}); err != nil {
+	})); err != nil {
 		return fail(err, "see the etcd error")
 	}
 	// The server reaches kubelets (logs, exec) at their InternalIP: its
@@ -384,7 +394,7 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 	// A cluster's authorization, not the single server's AlwaysAllow: the
 	// kubelets by the Node authorizer, the rest by RBAC's bootstrap roles
 	// (system:masters for "locksuite").
-	api, err := onN0("kube-apiserver", append(kubeAPIServerArgv(bins["kube-apiserver"], etcdURL, n0.Addr().String(), kubeAPIPort, dir, f, "Node,RBAC"),
+	api, err := onN0("kube-apiserver", append(apiserver.Argv(bins["kube-apiserver"], etcdURL, n0.Addr().String(), kubeAPIPort, dir, f, "Node,RBAC"),
 		"--kubelet-preferred-address-types=InternalIP")...)
 	if err != nil {
 		return fail(err, "check that "+bins["kube-apiserver"]+" runs")
@@ -394,12 +404,12 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 		return fail(err, "a readable test CA")
 	}
 	defer hc.CloseIdleConnections()
-	if err := c.wait(ctx, api.p, 2*time.Minute, func(ctx context.Context) error {
-		return kubeReady(ctx, hc, "https://"+c.Endpoint())
+	if err := c.wait(ctx, api.Proc(), 2*time.Minute, func(ctx context.Context) error {
+		return apiserver.Ready(ctx, hc, "https://"+c.Endpoint())
 	}); err != nil {
 		return fail(err, "see the logs in "+dir)
 	}
-	if err := createKubeNamespace(ctx, c.RestConfig()); err != nil {
+	if err := apiserver.CreateNamespace(ctx, c.RestConfig()); err != nil {
 		return fail(err, "see kube-apiserver.log in "+dir)
 	}
 	kcmConfig, err1 := kubeconfig("system:kube-controller-manager")
@@ -413,7 +423,7 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 		"--root-ca-file="+c.ca, "--controllers=*",
 		// Each controller as its own service account, with its RBAC role
 		// (as kubeadm runs it): the garbage collector may delete pods.
-		"--use-service-account-credentials=true", "--service-account-private-key-file="+f.saKey,
+		"--use-service-account-credentials=true", "--service-account-private-key-file="+f.SAKey,
 		"--profiling=false"); err != nil {
 		return fail(err, "check that "+bins["kube-controller-manager"]+" runs")
 	}
@@ -439,12 +449,12 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 		if err != nil {
 			return fail(err, "a writable temporary directory")
 		}
-		kn.holder = &Member{name: "node-" + kn.node.Name(), addr: kn.node.Addr().String(), dir: dir, start: func() (*proc, error) {
-			return startSelfMember(func(cmd *exec.Cmd) error {
+		kn.holder = servers.NewMember("node-"+kn.node.Name(), kn.node.Addr().String(), dir, func() (*servers.Proc, error) {
+			return servers.StartSelfMember(func(cmd *exec.Cmd) error {
 				cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS
 				return kn.node.Start(cmd)
 			}, "node-"+kn.node.Name(), dir, kubeNodeEnv, spec)
-		}}
+		})
 		if err := add(kn.holder); err != nil {
 			return fail(err, "root (new PID and mount namespaces)")
 		}
@@ -452,7 +462,7 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 	for _, kn := range c.nodes {
 		// The node's containerd serves once its kubelet starts: import
 		// the pause image before the first pod needs it.
-		if err := c.wait(ctx, kn.holder.p, time.Minute, func(ctx context.Context) error {
+		if err := c.wait(ctx, kn.holder.Proc(), time.Minute, func(ctx context.Context) error {
 			if _, err := os.Stat(filepath.Join(kn.dir, "kubelet.log")); err != nil {
 				return fmt.Errorf("%s: kubelet not started yet", kn.node.Name())
 			}
@@ -470,7 +480,7 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 	}
 	for _, kn := range c.nodes {
 		name := kn.node.Name()
-		if err := c.wait(ctx, kn.holder.p, 3*time.Minute, func(ctx context.Context) error {
+		if err := c.wait(ctx, kn.holder.Proc(), 3*time.Minute, func(ctx context.Context) error {
 			n, err := cs.Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -493,11 +503,11 @@ func StartKubeCluster(ctx context.Context, n int) (*KubeCluster, error) {
 
 // wait is waitReady on p that also ends, with its error, as soon as any of
 // the cluster's processes has exited.
-func (c *KubeCluster) wait(ctx context.Context, p *proc, timeout time.Duration, check func(context.Context) error) error {
+func (c *Cluster) wait(ctx context.Context, p *servers.Proc, timeout time.Duration, check func(context.Context) error) error {
 	var dead error
-	err := waitReady(ctx, p, timeout, func(ctx context.Context) error {
+	err := servers.WaitReady(ctx, p, timeout, func(ctx context.Context) error {
 		for _, m := range c.members {
-			if dead = m.exitedErr(); dead != nil {
+			if dead = m.Exited(); dead != nil {
 				return nil
 			}
 		}
@@ -512,12 +522,12 @@ func (c *KubeCluster) wait(ctx context.Context, p *proc, timeout time.Duration, 
 // routePods routes, in node i's namespace, every other node's pod subnet to
 // that node, and lets the node forward: the pods of different nodes reach
 // each other, and nothing else is routed.
-func (c *KubeCluster) routePods(ctx context.Context, i int) error {
+func (c *Cluster) routePods(ctx context.Context, i int) error {
 	kn := c.nodes[i]
 	cmds := [][]string{{"sysctl", "-q", "-w", "net.ipv4.ip_forward=1"}}
 	for j, other := range c.nodes {
 		if j != i {
-			cmds = append(cmds, []string{"ip", "route", "add", KubePodSubnet(j).String(), "via", other.node.Addr().String()})
+			cmds = append(cmds, []string{"ip", "route", "add", PodSubnet(j).String(), "via", other.node.Addr().String()})
 		}
 	}
 	for _, argv := range cmds {
@@ -572,7 +582,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     bin_dir = %q
     conf_dir = %q
     max_conf_num = 1
-`, filepath.Join(n.dir, "containerd-root"), filepath.Join(n.dir, "containerd-state"), sock, KubePauseImage, bins["runc"], cniDir, netd)
+`, filepath.Join(n.dir, "containerd-root"), filepath.Join(n.dir, "containerd-state"), sock, PauseImage, bins["runc"], cniDir, netd)
 	cni := fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": "locksuite",
@@ -586,7 +596,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       "routes": [{"dst": %q}, {"dst": %q}]}
   }]
 }
-`, KubePodSubnet(i), filepath.Join(n.dir, "cni", "ipam"), nodesSubnet, kubePodNetwork)
+`, PodSubnet(i), filepath.Join(n.dir, "cni", "ipam"), nodesSubnet, kubePodNetwork)
 	// The kubelet's configuration (KubeletConfiguration v1beta1): JSON is
 	// YAML. Images are never collected (they are imported, not pulled)
 	// and the eviction thresholds are low, so that a busy disk or memory
@@ -656,11 +666,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 // nodes' namespaces, with the bridges cni0, the pods' veths and every
 // firewall rule made in them), the cgroups, and the directory. It is
 // idempotent.
-func (c *KubeCluster) Stop() error {
+func (c *Cluster) Stop() error {
 	var err error
 	c.once.Do(func() {
 		for i := len(c.members) - 1; i >= 0; i-- {
-			c.members[i].end(syscall.SIGTERM, kubeNodeGrace)
+			c.members[i].End(syscall.SIGTERM, kubeNodeGrace)
 		}
 		var errs []error
 		if c.nw != nil {

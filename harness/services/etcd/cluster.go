@@ -1,21 +1,23 @@
-package servers
+package etcd
 
 import (
 	"cmp"
 	"context"
-	"net"
-	"strconv"
-
 	"errors"
 	"fmt"
-	"google.golang.org/grpc"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/servers"
+	"google.golang.org/grpc"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -23,12 +25,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// etcdMemberEnv makes a process an etcd cluster member: see init.
-const etcdMemberEnv = "LOCKSUITE_ETCD_MEMBER"
+// memberEnv makes a process an etcd cluster member: see init.
+const memberEnv = "LOCKSUITE_ETCD_MEMBER"
 
-// etcdMemberSpec is what a member process (or a single server run as a
-// process: StartEtcd WithCrash) is told.
-type etcdMemberSpec struct {
+// MemberSpec is what a member process (or a single server run as a
+// process: Start WithCrash) is told: see StartMember.
+type MemberSpec struct {
 	Name           string `json:"name"`
 	Dir            string `json:"dir"`
 	Client         string `json:"client"` // URL
@@ -54,9 +56,18 @@ type etcdMemberSpec struct {
 // needs no build step, no Go toolchain and no source tree at run time, and
 // the member runs exactly the etcd code the coordinator was built with; a
 // separately built `main` would need all three and a cache to invalidate.
-func init() { serveMember(etcdMemberEnv, "etcd", serveEtcdMember) }
+func init() { servers.ServeMember(memberEnv, "etcd", serveMember) }
 
-func serveEtcdMember(s etcdMemberSpec) int {
+// StartMember starts, with start (spawn.Start, or a node's Start), this
+// binary again as the etcd member spec.Name, its spec, log and directory
+// in dir (as servers.StartSelfMember); the member serves spec until
+// SIGTERM. It returns the started process, or the error of writing the
+// spec or of start.
+func StartMember(start func(*exec.Cmd) error, name, dir string, spec MemberSpec) (*servers.Proc, error) {
+	return servers.StartSelfMember(start, name, dir, memberEnv, spec)
+}
+
+func serveMember(s MemberSpec) int {
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = s.Name, s.Dir
 	cu, err1 := url.Parse(s.Client)
@@ -71,7 +82,7 @@ func serveEtcdMember(s etcdMemberSpec) int {
 	if s.CertFile != "" {
 		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.CertFile, KeyFile: s.KeyFile, TrustedCAFile: s.CAFile, ClientCertAuth: true}
 	}
-	// The single server's timing (StartEtcd): a 1 s lease floor.
+	// The single server's timing (Start): a 1 s lease floor.
 	cfg.TickMs, cfg.ElectionMs = 100, 500
 	cfg.LogLevel = cmp.Or(s.LogLevel, "warn")
 	cfg.LogOutputs = []string{"stderr"}
@@ -82,7 +93,7 @@ func serveEtcdMember(s etcdMemberSpec) int {
 		return 1
 	}
 	select {
-	case <-stopSignal():
+	case <-servers.StopSignal():
 	case err := <-e.Err():
 		fmt.Fprintf(os.Stderr, "etcd member %s: %v\n", s.Name, err)
 	}
@@ -90,68 +101,70 @@ func serveEtcdMember(s etcdMemberSpec) int {
 	return 0
 }
 
-// EtcdCluster is a three-member etcd cluster, each member its own process,
-// started by StartEtcdCluster.
-type EtcdCluster struct {
-	group
+// Cluster is a three-member etcd cluster, each member its own process,
+// started by StartCluster.
+type Cluster struct {
+	servers.GroupMethods
+	g   *servers.Group
 	c   *clientv3.Client
 	mu  sync.Mutex
-	ids map[uint64]*Member // member ID → member, learnt from Status
+	ids map[uint64]*servers.Member // member ID → member, learnt from Status
 }
 
-func (s *EtcdCluster) Name() string { return "etcd-cluster" }
+func (s *Cluster) Name() string { return "etcd-cluster" }
 
 // Endpoint is every member's client address, comma-separated.
-func (s *EtcdCluster) Endpoint() string { return strings.Join(s.Addrs(), ",") }
+func (s *Cluster) Endpoint() string { return strings.Join(s.Addrs(), ",") }
 
-// StartEtcdCluster starts n etcd members (three for the failover scenario)
+// StartCluster starts n etcd members (three for the failover scenario)
 // on free loopback ports, each its own process running the embedded server
 // of this binary (see init), with the single server's timing (100 ms
 // heartbeat, 500 ms election timeout: leases of 1 s and more), and waits
 // until they have elected a leader. It takes WithDurability (fsync, as
-// StartEtcd) and WithLazyFS.
-func StartEtcdCluster(ctx context.Context, n int, opts ...Option) (*EtcdCluster, error) {
-	return StartEtcdClusterOn(ctx, nil, n, opts...)
+// Start) and WithLazyFS.
+func StartCluster(ctx context.Context, n int, opts ...servers.Option) (*Cluster, error) {
+	return StartClusterOn(ctx, nil, n, opts...)
 }
 
-// StartEtcdClusterOn is StartEtcdCluster with member i (etcd-(i+1))
-// placed by h (nil: loopback).
-func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*EtcdCluster, error) {
+// StartClusterOn is StartCluster with member i (etcd-(i+1)) placed by h
+// (nil: loopback).
+func StartClusterOn(ctx context.Context, h *servers.Hosts, n int, opts ...servers.Option) (*Cluster, error) {
 	fail := func(err error) error {
-		return &Unavailable{"etcd-cluster", err, fixFUSE(err, "free loopback ports and a writable temporary directory")}
+		return &servers.Unavailable{Backend: "etcd-cluster", Err: err, Fix: servers.FixFUSE(err, "free loopback ports and a writable temporary directory")}
 	}
-	o, err := clusterOptions("etcd-cluster", opts)
+	o, err := servers.ClusterSettings("etcd-cluster", opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := h.check("etcd-cluster", n); err != nil {
+	if err := h.Check("etcd-cluster", n); err != nil {
 		return nil, fail(err)
 	}
-	ports, dir, err := portsAndDir(2*n, "etcd-cluster")
+	ports, dir, err := servers.PortsAndDir(2*n, "etcd-cluster")
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &EtcdCluster{group: group{dir: dir}, ids: map[uint64]*Member{}}
+	g := servers.NewGroup(dir, 0)
+	s := &Cluster{GroupMethods: g, g: g, ids: map[uint64]*servers.Member{}}
 	var initial []string
 	for i := range n {
-		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1]))))
+		initial = append(initial, fmt.Sprintf("etcd-%d=http://%s", i+1, net.JoinHostPort(h.Host(i), strconv.Itoa(ports[2*i+1]))))
 	}
 	for i := range n {
-		name, mdir, data, err := s.memberData("etcd", i, "data", o)
+		name, mdir, data, err := g.MemberData("etcd", i, "data", o)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
-		spec := etcdMemberSpec{
-			Name: name, Dir: data.path, Fsync: o.durability == DurabilityPackaged,
-			Client:         "http://" + net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i])),
-			Peer:           "http://" + net.JoinHostPort(h.host(i), strconv.Itoa(ports[2*i+1])),
+		spec := MemberSpec{
+			Name: name, Dir: data, Fsync: o.Durability == servers.DurabilityPackaged,
+			Client:         "http://" + net.JoinHostPort(h.Host(i), strconv.Itoa(ports[2*i])),
+			Peer:           "http://" + net.JoinHostPort(h.Host(i), strconv.Itoa(ports[2*i+1])),
 			InitialCluster: strings.Join(initial, ","),
 			Token:          filepath.Base(dir),
 		}
-		start := h.starter(i)
-		if _, err := s.addOn(name, mdir, h.host(i), ports[2*i], func() (*proc, error) {
-			return startSelfMember(start, name, mdir, etcdMemberEnv, spec)
+		start := h.Starter(i)
+		if _, err := g.AddOn(name, mdir, h.Host(i), ports[2*i], func() (*servers.Proc, error) {
+			return StartMember(start, name, mdir, spec)
 		}); err != nil {
 			s.Stop()
 			return nil, fail(err)
@@ -160,7 +173,7 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*
 	cc := clientv3.Config{Endpoints: s.Addrs(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
 	if h != nil {
 		cc.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return h.dial(ctx, "tcp", addr)
+			return h.Dial(ctx, "tcp", addr)
 		})}
 	}
 	s.c, err = clientv3.New(cc)
@@ -168,7 +181,7 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*
 		s.Stop()
 		return nil, fail(err)
 	}
-	if err := s.waitStarted(ctx, 30*time.Second, s.Healthy); err != nil {
+	if err := g.WaitStarted(ctx, 30*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}
@@ -177,23 +190,23 @@ func StartEtcdClusterOn(ctx context.Context, h *Hosts, n int, opts ...Option) (*
 
 // status asks every running member for its status and returns the leader
 // they agree on.
-func (s *EtcdCluster) status(ctx context.Context) (*Member, []*Member, error) {
-	ms, err := running(s.members)
+func (s *Cluster) status(ctx context.Context) (*servers.Member, []*servers.Member, error) {
+	ms, err := servers.Running(s.Members())
 	if err != nil {
 		return nil, nil, err
 	}
 	var leader uint64
 	for _, m := range ms {
-		st, err := s.c.Status(ctx, m.addr)
+		st, err := s.c.Status(ctx, m.Addr())
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", m.name, err)
+			return nil, nil, fmt.Errorf("%s: %w", m.Name(), err)
 		}
 		s.mu.Lock()
 		s.ids[st.Header.MemberId] = m
 		s.mu.Unlock()
 		switch {
 		case st.Leader == 0:
-			return nil, nil, fmt.Errorf("%s has no leader", m.name)
+			return nil, nil, fmt.Errorf("%s has no leader", m.Name())
 		case leader != 0 && st.Leader != leader:
 			return nil, nil, fmt.Errorf("members disagree on the leader (%x, %x)", leader, st.Leader)
 		}
@@ -210,7 +223,7 @@ func (s *EtcdCluster) status(ctx context.Context) (*Member, []*Member, error) {
 
 // Healthy: every running member answers and names the same running leader,
 // and a linearizable read (which needs a quorum) succeeds.
-func (s *EtcdCluster) Healthy(ctx context.Context) error {
+func (s *Cluster) Healthy(ctx context.Context) error {
 	if _, _, err := s.status(ctx); err != nil {
 		return err
 	}
@@ -218,18 +231,18 @@ func (s *EtcdCluster) Healthy(ctx context.Context) error {
 	return err
 }
 
-func (s *EtcdCluster) Leader(ctx context.Context) (*Member, error) {
+func (s *Cluster) Leader(ctx context.Context) (*servers.Member, error) {
 	l, _, err := s.status(ctx)
 	return l, err
 }
 
-func (s *EtcdCluster) Restart(ctx context.Context) error {
-	return s.restart(ctx, 30*time.Second, s.Healthy)
+func (s *Cluster) Restart(ctx context.Context) error {
+	return s.g.RestartWithin(ctx, 30*time.Second, s.Healthy)
 }
 
 // Stop ends every member and removes the cluster's directory.
-func (s *EtcdCluster) Stop() error {
-	s.stop(syscall.SIGTERM, 5*time.Second, func() {
+func (s *Cluster) Stop() error {
+	s.g.StopWith(syscall.SIGTERM, 5*time.Second, func() {
 		if s.c != nil {
 			s.c.Close()
 		}

@@ -1,4 +1,4 @@
-package servers
+package kubecluster
 
 import (
 	"bufio"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/nodes"
+	"github.com/locksuite/locksuite/harness/services/kube"
+	"github.com/locksuite/locksuite/internal/servercheck"
 	"github.com/locksuite/locksuite/internal/tempdir"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
@@ -25,11 +27,11 @@ import (
 
 // startKubeCluster starts a cluster for a test, or skips the test with the
 // reason when a part is missing (root, a binary, a package).
-func startKubeCluster(t *testing.T, ctx context.Context, n int) *KubeCluster {
+func startKubeCluster(t *testing.T, ctx context.Context, n int) *Cluster {
 	t.Helper()
 	skipWithoutKubeCluster(t)
 	t0 := time.Now()
-	c, err := StartKubeCluster(ctx, n)
+	c, err := Start(ctx, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func startKubeCluster(t *testing.T, ctx context.Context, n int) *KubeCluster {
 }
 
 // logTails logs the end of each of c's logs, before Stop removes them.
-func logTails(t *testing.T, c *KubeCluster) {
+func logTails(t *testing.T, c *Cluster) {
 	logs, _ := filepath.Glob(filepath.Join(c.Dir(), "*.log"))
 	more, _ := filepath.Glob(filepath.Join(c.Dir(), "n*", "*.log"))
 	pods, _ := filepath.Glob(filepath.Join(c.Dir(), "n*", "pods", "*", "*", "*.log"))
@@ -77,7 +79,7 @@ func skipWithoutKubeCluster(t *testing.T) {
 // process on node to's address. It returns once the listener heard the
 // pod's greeting from the pod's address and the pod Succeeded, with what
 // the pod logged.
-func probePod(t *testing.T, ctx context.Context, c *KubeCluster, on, to int) string {
+func probePod(t *testing.T, ctx context.Context, c *Cluster, on, to int) string {
 	t.Helper()
 	const image = "localhost/locksuite/podprobe:test"
 	if _, err := c.ImportProgram(ctx, "./testdata/podprobe", image); err != nil {
@@ -149,7 +151,7 @@ func probePod(t *testing.T, ctx context.Context, c *KubeCluster, on, to int) str
 		}
 	}
 	t.Logf("the listener on %s heard %q, %v after the pod was created", ln.Addr(), got, time.Since(t0).Round(time.Millisecond))
-	if sub := KubePodSubnet(on); !strings.HasPrefix(got, "hello from "+name+" from "+strings.TrimSuffix(sub.Addr().String(), "0")) {
+	if sub := PodSubnet(on); !strings.HasPrefix(got, "hello from "+name+" from "+strings.TrimSuffix(sub.Addr().String(), "0")) {
 		t.Errorf("heard %q: want the pod's greeting (hostname %s) from an address of node %s's pod subnet %s", got, name, c.Nodes()[on].Name(), sub)
 	}
 	var phase corev1.PodPhase
@@ -177,7 +179,7 @@ func probePod(t *testing.T, ctx context.Context, c *KubeCluster, on, to int) str
 // sleeper runs a pod of the pause image on node i and returns once it
 // runs and its processes are seen (the shim, and pause in the node's
 // cgroup): what Stop must end.
-func sleeper(t *testing.T, ctx context.Context, c *KubeCluster, i int) {
+func sleeper(t *testing.T, ctx context.Context, c *Cluster, i int) {
 	t.Helper()
 	cs, err := corev1client.NewForConfig(c.RestConfig())
 	if err != nil {
@@ -188,7 +190,7 @@ func sleeper(t *testing.T, ctx context.Context, c *KubeCluster, i int) {
 	_, err = pods.Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{NodeName: c.Nodes()[i].Name(), Containers: []corev1.Container{{
-			Name: "sleep", Image: KubePauseImage, ImagePullPolicy: corev1.PullNever}}},
+			Name: "sleep", Image: PauseImage, ImagePullPolicy: corev1.PullNever}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -399,12 +401,12 @@ func TestKubeClusterHelper(t *testing.T) {
 
 // TestKubeClusterKilled SIGKILLs a process that runs a cluster with a
 // finished pod, and checks that the kernel ended everything the cluster
-// ran and that a later run's sweep (tempdir.RemoveStale, RemoveStaleKube)
+// ran and that a later run's sweep (tempdir.RemoveStale, RemoveStale)
 // removes what is left: nothing of the cluster remains.
 func TestKubeClusterKilled(t *testing.T) {
 	skipWithoutKubeCluster(t)
 	before := snapshotHost(t)
-	cmd, out := startSelf(t, kubeHelperEnv, "-test.run=^TestKubeClusterHelper$", "-test.v")
+	cmd, out := servercheck.StartSelf(t, kubeHelperEnv, "-test.run=^TestKubeClusterHelper$", "-test.v")
 	var dir, cgroup string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
@@ -437,13 +439,13 @@ func TestKubeClusterKilled(t *testing.T) {
 		t.Errorf("the killed run's directory %s: %v (want it there, for the sweep to remove)", dir, err)
 	}
 	removed := tempdir.RemoveStale()
-	stale, err := RemoveStaleKube()
+	stale, err := RemoveStale()
 	if err != nil {
 		t.Error(err)
 	}
 	t.Logf("the sweep removed %q and %q", removed, stale)
 	if !slices.Contains(stale, "cgroup /"+cgroup) {
-		t.Errorf("RemoveStaleKube removed %q: want the killed run's cgroup /%s among them", stale, cgroup)
+		t.Errorf("RemoveStale removed %q: want the killed run's cgroup /%s among them", stale, cgroup)
 	}
 	checkLeftovers(t, before, dir, cgroup)
 }
@@ -452,11 +454,11 @@ func TestKubeClusterKilled(t *testing.T) {
 // refused with errors that say what is accepted, before anything starts.
 func TestKubeBadInput(t *testing.T) {
 	for _, n := range []int{0, kubeMaxNodes + 1} {
-		if _, err := StartKubeCluster(context.Background(), n); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("1 to %d nodes", kubeMaxNodes)) {
-			t.Errorf("StartKubeCluster(%d): %v, want an error naming the range", n, err)
+		if _, err := Start(context.Background(), n); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("1 to %d nodes", kubeMaxNodes)) {
+			t.Errorf("Start(%d): %v, want an error naming the range", n, err)
 		}
 	}
-	if _, err := KubeBinary("kube-proxy"); err == nil || !strings.Contains(err.Error(), "kubelet") {
-		t.Errorf("KubeBinary(kube-proxy): %v, want an error listing the components", err)
+	if _, err := kube.Binary("kube-proxy"); err == nil || !strings.Contains(err.Error(), "kubelet") {
+		t.Errorf("kube.Binary(kube-proxy): %v, want an error listing the components", err)
 	}
 }

@@ -1,22 +1,22 @@
-package servers_test
+package kubecluster_test
 
 import (
 	"context"
 	"log"
 	"net"
 
-	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services/kube/kubecluster"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
-// ExampleStartKubeCluster starts a cluster of two nodes, imports the image
+// ExampleStart starts a cluster of two nodes, imports the image
 // of a static program of this module and runs it as a pod on n1 that
 // dials a listener of this process on n0.
-func ExampleStartKubeCluster() {
+func ExampleStart() {
 	ctx := context.Background()
-	c, err := servers.StartKubeCluster(ctx, 2) // an *servers.Unavailable, with the fix, when a part is missing
+	c, err := kubecluster.Start(ctx, 2) // an *servers.Unavailable, with the fix, when a part is missing
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package servers
+package nats
 
 import (
 	"cmp"
@@ -10,16 +10,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/spawn"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
-// natsMemberEnv makes a process a NATS cluster member: see init.
-const natsMemberEnv = "LOCKSUITE_NATS_MEMBER"
+// memberEnv makes a process a NATS cluster member: see init.
+const memberEnv = "LOCKSUITE_NATS_MEMBER"
 
-// natsMemberSpec is what a member process (or a single server: StartNATS)
-// is told.
-type natsMemberSpec struct {
+// memberSpec is what a member process (or a single server: Start) is
+// told.
+type memberSpec struct {
 	Name        string `json:"name"`
 	Dir         string `json:"dir"`            // the JetStream store
 	Host        string `json:"host,omitempty"` // the clients' listener's address; default 127.0.0.1
@@ -38,7 +39,7 @@ type natsMemberSpec struct {
 }
 
 // options is the server's configuration.
-func (s natsMemberSpec) options() (*natsserver.Options, error) {
+func (s memberSpec) options() (*natsserver.Options, error) {
 	o := &natsserver.Options{
 		ServerName: s.Name, Host: cmp.Or(s.Host, "127.0.0.1"), Port: s.Port,
 		JetStream: true, StoreDir: s.Dir, SyncAlways: s.SyncAlways,
@@ -65,17 +66,18 @@ func (s natsMemberSpec) options() (*natsserver.Options, error) {
 // A member of a NATS cluster is this same binary run again with
 // LOCKSUITE_NATS_MEMBER set: the process serves the embedded NATS server
 // (already linked into every binary that uses this package) until SIGTERM,
-// and never reaches main or the tests; why re-exec, see etcdcluster.go.
-func init() { serveMember(natsMemberEnv, "nats", serveNATSMember) }
+// and never reaches main or the tests; why re-exec, see
+// harness/services/etcd's cluster.go.
+func init() { servers.ServeMember(memberEnv, "nats", serveMember) }
 
-func serveNATSMember(s natsMemberSpec) int {
+func serveMember(s memberSpec) int {
 	o, err := s.options()
 	if err == nil {
 		var ns *natsserver.Server
 		if ns, err = natsserver.NewServer(o); err == nil {
 			ns.ConfigureLogger()
 			ns.Start()
-			<-stopSignal()
+			<-servers.StopSignal()
 			ns.Shutdown()
 			ns.WaitForShutdown()
 			return 0
@@ -85,62 +87,64 @@ func serveNATSMember(s natsMemberSpec) int {
 	return 1
 }
 
-// NATSCluster is a JetStream cluster of NATS servers, each its own process,
-// started by StartNATSCluster.
-type NATSCluster struct {
-	group
-	http map[*Member]string // member → its monitoring address
+// Cluster is a JetStream cluster of NATS servers, each its own process,
+// started by StartCluster.
+type Cluster struct {
+	servers.GroupMethods
+	g    *servers.Group
+	http map[*servers.Member]string // member → its monitoring address
 	hc   *http.Client
 }
 
-func (s *NATSCluster) Name() string { return "nats-cluster" }
+func (s *Cluster) Name() string { return "nats-cluster" }
 
 // Endpoint is every server's client URL, comma-separated (the form
 // nats.Connect and NATS_URL take).
-func (s *NATSCluster) Endpoint() string {
+func (s *Cluster) Endpoint() string {
 	var urls []string
-	for _, m := range s.members {
-		urls = append(urls, "nats://"+m.addr)
+	for _, a := range s.Addrs() {
+		urls = append(urls, "nats://"+a)
 	}
 	return strings.Join(urls, ",")
 }
 
-// StartNATSCluster starts n NATS servers with JetStream (three for the
+// StartCluster starts n NATS servers with JetStream (three for the
 // failover scenario) on free loopback ports, routed to each other as one
 // cluster, each its own process running the embedded server of this binary
 // (see init) with its store in the cluster's temporary directory, and waits
 // until they have elected a JetStream meta leader and every server reports
 // itself healthy. The servers' Raft timing is nats-server's own (an
 // election 4 s to 9 s after a leader is lost; it cannot be set). It takes
-// WithDurability (sync_interval, as StartNATS) and WithLazyFS.
-func StartNATSCluster(ctx context.Context, n int, opts ...Option) (*NATSCluster, error) {
+// WithDurability (sync_interval, as Start) and WithLazyFS.
+func StartCluster(ctx context.Context, n int, opts ...servers.Option) (*Cluster, error) {
 	fail := func(err error) error {
-		return &Unavailable{"nats-cluster", err, fixFUSE(err, "free loopback ports and a writable temporary directory")}
+		return &servers.Unavailable{Backend: "nats-cluster", Err: err, Fix: servers.FixFUSE(err, "free loopback ports and a writable temporary directory")}
 	}
-	o, err := clusterOptions("nats-cluster", opts, DurabilitySyncAlways)
+	o, err := servers.ClusterSettings("nats-cluster", opts, servers.DurabilitySyncAlways)
 	if err != nil {
 		return nil, err
 	}
-	ports, dir, err := portsAndDir(3*n, "nats-cluster")
+	ports, dir, err := servers.PortsAndDir(3*n, "nats-cluster")
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &NATSCluster{group: group{dir: dir, grace: 5 * time.Second}, http: map[*Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
-	s.healthy = s.Healthy
+	g := servers.NewGroup(dir, 5*time.Second)
+	s := &Cluster{GroupMethods: g, g: g, http: map[*servers.Member]string{}, hc: &http.Client{Timeout: 2 * time.Second}}
+	g.SetHealthy(s.Healthy)
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+1]))
 	}
 	for i := range n {
-		name, mdir, data, err := s.memberData("nats", i, "jetstream", o)
+		name, mdir, data, err := g.MemberData("nats", i, "jetstream", o)
 		if err != nil {
 			s.Stop()
 			return nil, fail(err)
 		}
-		spec := natsMemberSpec{Name: name, Dir: data.path, SyncAlways: o.durability == DurabilitySyncAlways,
+		spec := memberSpec{Name: name, Dir: data, SyncAlways: o.Durability == servers.DurabilitySyncAlways,
 			Port: ports[3*i], ClusterPort: ports[3*i+1], HTTPPort: ports[3*i+2], Routes: strings.Join(routes, ",")}
-		m, err := s.add(name, mdir, ports[3*i], func() (*proc, error) {
-			return startSelfMember(spawn.Start, name, mdir, natsMemberEnv, spec)
+		m, err := g.AddOn(name, mdir, "127.0.0.1", ports[3*i], func() (*servers.Proc, error) {
+			return servers.StartSelfMember(spawn.Start, name, mdir, memberEnv, spec)
 		})
 		if err != nil {
 			s.Stop()
@@ -148,7 +152,7 @@ func StartNATSCluster(ctx context.Context, n int, opts ...Option) (*NATSCluster,
 		}
 		s.http[m] = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 	}
-	if err := s.waitStarted(ctx, 60*time.Second, s.Healthy); err != nil {
+	if err := g.WaitStarted(ctx, 60*time.Second, s.Healthy); err != nil {
 		s.Stop()
 		return nil, fail(err)
 	}
@@ -157,18 +161,18 @@ func StartNATSCluster(ctx context.Context, n int, opts ...Option) (*NATSCluster,
 
 // get reads a member's monitoring endpoint (path) into v, and fails unless
 // it answers 200.
-func (s *NATSCluster) get(ctx context.Context, m *Member, path string, v any) error {
+func (s *Cluster) get(ctx context.Context, m *servers.Member, path string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.http[m]+path, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := s.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: %w", m.name, err)
+		return fmt.Errorf("%s: %w", m.Name(), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", m.name, path, resp.Status)
+		return fmt.Errorf("%s: %s: %s", m.Name(), path, resp.Status)
 	}
 	if v == nil {
 		return nil
@@ -178,12 +182,12 @@ func (s *NATSCluster) get(ctx context.Context, m *Member, path string, v any) er
 
 // status asks every running server for the JetStream meta leader and
 // returns the one they agree on.
-func (s *NATSCluster) status(ctx context.Context) (*Member, error) {
-	ms, err := running(s.members)
+func (s *Cluster) status(ctx context.Context) (*servers.Member, error) {
+	ms, err := servers.Running(s.Members())
 	if err != nil {
 		return nil, err
 	}
-	agreed, err := agree(ms, "JetStream meta leader", func(m *Member) (string, error) {
+	agreed, err := servers.Agree(ms, "JetStream meta leader", func(m *servers.Member) (string, error) {
 		var jsz natsserver.JSInfo
 		if err := s.get(ctx, m, "/jsz", &jsz); err != nil || jsz.Meta == nil {
 			return "", err
@@ -194,7 +198,7 @@ func (s *NATSCluster) status(ctx context.Context) (*Member, error) {
 		return nil, err
 	}
 	for _, m := range ms {
-		if m.name == agreed {
+		if m.Name() == agreed {
 			return m, nil
 		}
 	}
@@ -204,14 +208,14 @@ func (s *NATSCluster) status(ctx context.Context) (*Member, error) {
 // Healthy: every running server names the same running meta leader, and
 // reports itself healthy (/healthz: JetStream on, the meta group and every
 // stream and consumer it replicates current).
-func (s *NATSCluster) Healthy(ctx context.Context) error {
+func (s *Cluster) Healthy(ctx context.Context) error {
 	if _, err := s.status(ctx); err != nil {
 		return err
 	}
-	return s.eachRunning(func(m *Member) error { return s.get(ctx, m, "/healthz", nil) })
+	return s.g.EachRunning(func(m *servers.Member) error { return s.get(ctx, m, "/healthz", nil) })
 }
 
 // Leader is the JetStream meta leader (which places streams; a key-value
 // bucket's own stream has a leader of its own, which may be another
 // server).
-func (s *NATSCluster) Leader(ctx context.Context) (*Member, error) { return s.status(ctx) }
+func (s *Cluster) Leader(ctx context.Context) (*servers.Member, error) { return s.status(ctx) }

@@ -1,4 +1,10 @@
-package servers
+// Package nats starts NATS servers with JetStream for the suite: one
+// embedded in this process (github.com/nats-io/nats-server/v2), or run as
+// a child process, and clusters of child processes. Each child is this
+// binary run again (see the member role in cluster.go): a binary that
+// starts NATS members imports this package, as every binary that uses it
+// does.
+package nats
 
 import (
 	"context"
@@ -9,76 +15,84 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/spawn"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
 
-// NATS is a NATS server with JetStream started by StartNATS: embedded in
+// Server is a NATS server with JetStream started by Start: embedded in
 // this process, or WithCrash a child process. Its Secrets' user (WithAuth)
 // is locksuite.
-type NATS struct{ base }
+type Server struct {
+	servers.BaseMethods
+	b *servers.Base
+}
 
-func (s *NATS) Name() string { return "nats" }
+func (s *Server) Name() string { return "nats" }
 
 // Endpoint is the client URL, nats://127.0.0.1:PORT, without credentials
 // (see URL and Secrets). The scheme stays nats:// WithTLS: the server
 // demands TLS and the client upgrades.
-func (s *NATS) Endpoint() string { return "nats://" + s.addr }
+func (s *Server) Endpoint() string { return "nats://" + s.b.Addr() }
 
 // Addr is host:port.
-func (s *NATS) Addr() string { return s.addr }
+func (s *Server) Addr() string { return s.b.Addr() }
 
 // URL is Endpoint with the user and password in it (WithAuth).
-func (s *NATS) URL() string {
-	if s.secrets.Password == "" {
+func (s *Server) URL() string {
+	sec := s.Secrets()
+	if sec.Password == "" {
 		return s.Endpoint()
 	}
-	return "nats://" + s.secrets.User + ":" + s.secrets.Password + "@" + s.addr
+	return "nats://" + sec.User + ":" + sec.Password + "@" + s.b.Addr()
 }
 
-// StartNATS embeds a NATS server (github.com/nats-io/nats-server/v2) with
+// Start embeds a NATS server (github.com/nats-io/nats-server/v2) with
 // JetStream on a free loopback port, its JetStream store in a temporary
 // directory, synced at the server's default interval (2 minutes), or at
 // every write WithDurability(DurabilitySyncAlways) (sync_interval:
 // always). Nothing to install: the server is linked into this binary.
 //
 // WithCrash (or WithLazyFS) runs the same server as a child process (this
-// binary run again, as StartNATSCluster's members are), which Crash
+// binary run again, as StartCluster's members are), which Crash
 // restarts on its store; an embedded one cannot be crashed.
 //
 // WithAuth makes the server take one user ("locksuite") with a random
 // password and nobody else; WithTLS serves TLS only, with a certificate of
 // the test CA (client certificates are not asked for).
-func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
-	o := apply(opts)
+func Start(ctx context.Context, opts ...servers.Option) (*Server, error) {
+	o := servers.Apply(opts)
 	fail := func(err error) error {
-		return &Unavailable{"nats-kv", err, fixFUSE(err, "a free loopback port and a writable temporary directory, or name a server with NATS_URL")}
+		return &servers.Unavailable{Backend: "nats-kv", Err: err, Fix: servers.FixFUSE(err, "a free loopback port and a writable temporary directory, or name a server with NATS_URL")}
 	}
-	if err := o.checkDurability("nats-kv", DurabilitySyncAlways); err != nil {
+	if err := o.CheckDurability("nats-kv", servers.DurabilitySyncAlways); err != nil {
 		return nil, err
 	}
-	ports, dir, err := portsAndDir(2, "nats")
+	ports, dir, err := servers.PortsAndDir(2, "nats")
 	if err != nil {
 		return nil, fail(err)
 	}
-	s := &NATS{base{dir: dir, logName: "nats.log", addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), sig: syscall.SIGTERM, grace: 5 * time.Second}}
-	spec := natsMemberSpec{Name: "locksuite", Port: ports[0], Dir: filepath.Join(dir, "jetstream"),
-		SyncAlways: o.durability == DurabilitySyncAlways}
-	if o.auth {
-		s.secrets.User, s.secrets.Password = "locksuite", randomSecret()
-		spec.User, spec.Password = s.secrets.User, s.secrets.Password
+	b := servers.NewBase(dir, fmt.Sprintf("127.0.0.1:%d", ports[0]), "nats.log", syscall.SIGTERM, 5*time.Second)
+	s := &Server{BaseMethods: b, b: b}
+	spec := memberSpec{Name: "locksuite", Port: ports[0], Dir: filepath.Join(dir, "jetstream"),
+		SyncAlways: o.Durability == servers.DurabilitySyncAlways}
+	var sec servers.Secrets
+	if o.Auth {
+		sec.User, sec.Password = "locksuite", servers.RandomSecret()
+		spec.User, spec.Password = sec.User, sec.Password
 	}
-	if o.tls {
-		certs, err := newPKI(dir, -1, -1)
+	if o.TLS {
+		certs, err := servers.NewPKI(dir, -1, -1)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, fail(err)
 		}
-		certs.secrets(&s.secrets)
-		spec.CertFile, spec.KeyFile = certs.serverCert, certs.serverKey
+		certs.SetSecrets(&sec)
+		spec.CertFile, spec.KeyFile = certs.ServerCert, certs.ServerKey
 	}
-	if o.crash {
+	b.SetSecrets(sec)
+	if o.Crash {
 		err = s.runProcess(ctx, o, spec, ports[1])
 	} else {
 		err = s.embed(ctx, spec)
@@ -91,8 +105,8 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 }
 
 // embed runs the server in this process.
-func (s *NATS) embed(ctx context.Context, spec natsMemberSpec) error {
-	s.cannot = "nats-server runs inside this process: start it WithCrash (a child process)"
+func (s *Server) embed(ctx context.Context, spec memberSpec) error {
+	s.b.SetEmbedded("nats-server runs inside this process: start it WithCrash (a child process)")
 	sopts, err := spec.options()
 	if err != nil {
 		return err
@@ -103,10 +117,10 @@ func (s *NATS) embed(ctx context.Context, spec natsMemberSpec) error {
 		return err
 	}
 	ns.ConfigureLogger()
-	s.shutdown = func() {
+	s.b.SetShutdown(func() {
 		ns.Shutdown()
 		ns.WaitForShutdown()
-	}
+	})
 	ns.Start()
 	deadline := 20 * time.Second
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < deadline {
@@ -128,16 +142,18 @@ func (s *NATS) embed(ctx context.Context, spec natsMemberSpec) error {
 // leave one so, its metadata files written and not synced at the default
 // sync interval) fails /healthz for good, while the server serves every
 // other stream, and new ones.
-func (s *NATS) runProcess(ctx context.Context, o options, spec natsMemberSpec, httpPort int) error {
-	var err error
-	if s.data, err = newDataDir(s.dir, "jetstream", o.lazy, nil); err != nil {
+func (s *Server) runProcess(ctx context.Context, o servers.Settings, spec memberSpec, httpPort int) error {
+	data, err := s.b.NewDataDir("jetstream", o.Lazy)
+	if err != nil {
 		return err
 	}
-	spec.Dir, spec.HTTPPort = s.data.path, httpPort
+	spec.Dir, spec.HTTPPort = data, httpPort
 	hc := &http.Client{Timeout: 2 * time.Second}
 	healthz := fmt.Sprintf("http://127.0.0.1:%d/healthz?js-server-only=true", httpPort)
-	start := func() (*proc, error) { return startSelfMember(spawn.Start, "nats", s.dir, natsMemberEnv, spec) }
-	return s.run(ctx, "nats", 20*time.Second, start, func(ctx context.Context) error {
+	start := func() (*servers.Proc, error) {
+		return servers.StartSelfMember(spawn.Start, "nats", s.b.Dir(), memberEnv, spec)
+	}
+	return s.b.Run(ctx, "nats", 20*time.Second, start, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, healthz, nil)
 		if err != nil {
 			return err

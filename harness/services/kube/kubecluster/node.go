@@ -1,4 +1,4 @@
-package servers
+package kubecluster
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/owner"
 	"golang.org/x/sys/unix"
 )
@@ -53,8 +54,9 @@ type kubeNodeProc struct {
 var kubeNodePrivate = []string{"/run", "/var/lib", "/var/log"}
 
 // A node's holder is this same binary run again with LOCKSUITE_KUBE_NODE set
-// (etcdcluster.go's init says why the harness re-runs its binary), started
-// by StartKubeCluster with new PID, mount and UTS namespaces in the node's
+// (harness/services/etcd's cluster.go says why the harness re-runs its
+// binary), started
+// by Start with new PID, mount and UTS namespaces in the node's
 // network namespace. It is PID 1 there: it makes the node's private
 // mounts, starts containerd and kubelet as its children, reaps the orphans
 // (containerd's shims) and, on SIGTERM, ends them. When it dies, by any
@@ -63,7 +65,7 @@ var kubeNodePrivate = []string{"/run", "/var/lib", "/var/log"}
 // the mount namespace: the containers' overlay mounts, the pods' volume
 // mounts and network namespaces. Nothing of a node outlives its holder but
 // empty cgroups and its directory.
-func init() { serveMember(kubeNodeEnv, "kube node", serveKubeNode) }
+func init() { servers.ServeMember(kubeNodeEnv, "kube node", serveKubeNode) }
 
 func serveKubeNode(s kubeNodeSpec) int {
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "kube node: "+format+"\n", a...) }
@@ -251,7 +253,7 @@ func newKubeCgroup() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := kubeCgroupPrefix + strings.ReplaceAll(rec, " ", "-") + "-" + randomSecret()[:8]
+	name := kubeCgroupPrefix + strings.ReplaceAll(rec, " ", "-") + "-" + servers.RandomSecret()[:8]
 	hs, err := cgroupHierarchies()
 	if err != nil {
 		return "", err
@@ -324,13 +326,13 @@ func removeKubeCgroup(name string) error {
 	return errors.Join(errs...)
 }
 
-// RemoveStaleKube removes what a Kubernetes cluster (StartKubeCluster) of a
+// RemoveStale removes what a Kubernetes cluster (Start) of a
 // process that no longer runs left behind, and returns it: its cgroups
 // (locksuite-kube-* in every hierarchy, killing any process still in them).
 // Its processes, mounts, network namespaces, links and firewall rules
 // died with its namespaces; its directory is tempdir.RemoveStale's. The
 // cgroups of live processes are left alone.
-func RemoveStaleKube() ([]string, error) {
+func RemoveStale() ([]string, error) {
 	hs, err := cgroupHierarchies()
 	if err != nil {
 		return nil, err
