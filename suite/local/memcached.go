@@ -30,7 +30,7 @@ var memcachedService = &service{
 }
 
 var memcachedBackends = []backend{
-	{name: "memcached", kind: adapter, on: memcachedService, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+	{name: "memcached", kind: adapter, on: memcachedService, whenNamed: true, ownClient: "memcached's meta protocol", newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
 		return memcached.New(memcached.Config{Addr: memcachedAddr(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 	}},
 }

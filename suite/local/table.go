@@ -123,6 +123,9 @@ type backend struct {
 	// modules are the Go modules of the Locker's client (and of the
 	// server, where it is embedded), for the environment report.
 	modules []string
+	// ownClient says which protocol the adapter speaks itself, with no
+	// client module ("memcached's meta protocol"); modules is then empty.
+	ownClient string
 	// worker is the shipped worker (backends/foreign/workers) of a
 	// language backend: Start prepares it and asks it what it is.
 	worker string

@@ -26,7 +26,7 @@ func TestTable(t *testing.T) {
 		if b.newLocker == nil || b.on == nil || b.on.start == nil || len(b.on.vars) == 0 || b.on.lease <= 0 || b.on.pause <= 0 || b.on.duration <= 0 {
 			t.Errorf("backend %q lacks a Locker, a service, a start, a variable or its defaults: %+v", b.name, b.on)
 		}
-		if len(b.modules) == 0 && b.worker == "" { // a worker's library is its runtime's
+		if len(b.modules) == 0 && b.worker == "" && b.ownClient == "" { // a worker's library is its runtime's
 			t.Errorf("backend %q names no Go module of its client (modules)", b.name)
 		}
 	}
