@@ -45,9 +45,10 @@ func (s Schedule) End() time.Duration {
 // clock, and heals each For after it struck (or once ctx is done). holds,
 // if not nil, tells whether a client holds the lock as a step strikes
 // (Span.Held). A step whose Inject finds nothing to strike (ErrNoTarget)
-// is left out: no span is recorded, and its error is kept (Log.Missed). Play returns nil once every step has
-// healed or ctx is done, or the first other error of a strike or a heal
-// (whatever struck is left for Log.HealAll).
+// is left out: no span is recorded, and its error is kept (Log.Missed).
+// Play returns nil once every step has healed or ctx is done, or the first
+// other error of a strike or a heal (whatever struck is left for
+// Log.HealAll).
 func (l *Log) Play(ctx context.Context, s Schedule, start time.Duration, holds Holders) error {
 	for _, st := range s.Steps {
 		if wait.For(ctx, st.At-(l.clock()-start)) != nil {
