@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/locksuite/locksuite/harness/services"
 )
 
 // TestCredentialsFromEnv: the ecosystem's variables give each backend its
@@ -30,30 +32,30 @@ func TestCredentialsFromEnv(t *testing.T) {
 	for k, v := range vars {
 		t.Setenv(k, v)
 	}
-	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}}
+	e := &Env{endpoint: map[string]string{}, conns: map[string]*services.Conn{}}
 	for _, n := range Names {
 		s, _ := serviceOf(n)
-		c, err := s.named()
+		c, err := named(s)
 		if err != nil || c == nil {
 			t.Fatalf("%s: %v, %v", n, c, err)
 		}
-		e.conns[n], e.endpoint[n] = c, c.endpoint
+		e.conns[n], e.endpoint[n] = c, c.Endpoint
 	}
 	r, p, cs, et := e.conns["redis"], e.conns["postgres"], e.conns["consul"], e.conns["etcd"]
-	if r.tls == nil || r.tls.ServerName != "127.0.0.1" || !slices.Contains(r.secrets, "redispw") {
-		t.Errorf("redis: TLS %v, secrets %q: want rediss:// TLS for 127.0.0.1 and the URL's password as a secret", r.tls, r.secrets)
+	if r.TLS == nil || r.TLS.ServerName != "127.0.0.1" || !slices.Contains(r.Secrets, "redispw") {
+		t.Errorf("redis: TLS %v, secrets %q: want rediss:// TLS for 127.0.0.1 and the URL's password as a secret", r.TLS, r.Secrets)
 	}
-	if !slices.Contains(p.secrets, "pgpw") || pgHostPort(p.endpoint) != "127.0.0.1:5433" {
-		t.Errorf("postgres: secrets %q, address %s", p.secrets, pgHostPort(p.endpoint))
+	if !slices.Contains(p.Secrets, "pgpw") || pgHostPort(p.Endpoint) != "127.0.0.1:5433" {
+		t.Errorf("postgres: secrets %q, address %s", p.Secrets, pgHostPort(p.Endpoint))
 	}
-	if cs.token != "consul-token" || cs.tls == nil {
-		t.Errorf("consul: token %q, TLS %v", cs.token, cs.tls)
+	if cs.Token != "consul-token" || cs.TLS == nil {
+		t.Errorf("consul: token %q, TLS %v", cs.Token, cs.TLS)
 	}
-	if et.user != "root" || et.password != "etcdpw" || et.tls == nil {
-		t.Errorf("etcd: user %q password %q TLS %v", et.user, et.password, et.tls)
+	if et.User != "root" || et.Password != "etcdpw" || et.TLS == nil {
+		t.Errorf("etcd: user %q password %q TLS %v", et.User, et.Password, et.TLS)
 	}
-	if z := e.conns["zookeeper"]; z.zkAuth() != "zkuser:zkpw" || !slices.Contains(z.secrets, "zkpw") || z.tls != nil {
-		t.Errorf("zookeeper: auth %q, secrets %q, TLS %v: want the digest user, its password a secret, no TLS", z.zkAuth(), z.secrets, z.tls)
+	if z := e.conns["zookeeper"]; zkAuth(z) != "zkuser:zkpw" || !slices.Contains(z.Secrets, "zkpw") || z.TLS != nil {
+		t.Errorf("zookeeper: auth %q, secrets %q, TLS %v: want the digest user, its password a secret, no TLS", zkAuth(z), z.Secrets, z.TLS)
 	}
 	cfg := e.Config("redis", true)
 	env := strings.Join(cfg.WorkerEnv, "\n")
@@ -80,15 +82,15 @@ func TestZooKeeperAuthFromEnv(t *testing.T) {
 	t.Setenv("LOCKSUITE_REDIS_NODES", "redis://a:pw1@127.0.0.1:1/0,127.0.0.1:2,redis://:pw3@127.0.0.1:3/0")
 	t.Setenv(RedisCACertEnv, "/nonexistent/ca.pem") // read for rediss:// URLs only
 	r3, _ := serviceOf("redis-3")
-	c, err := r3.named()
-	if err != nil || !slices.Contains(c.secrets, "pw1") || !slices.Contains(c.secrets, "pw3") || c.tls != nil || !slices.Contains(c.env, RedisCACertEnv+"=/nonexistent/ca.pem") {
+	c, err := named(r3)
+	if err != nil || !slices.Contains(c.Secrets, "pw1") || !slices.Contains(c.Secrets, "pw3") || c.TLS != nil || !slices.Contains(c.Env, RedisCACertEnv+"=/nonexistent/ca.pem") {
 		t.Errorf("%+v, %v: want pw1 and pw3 secret, no TLS, and %s for the workers", c, err, RedisCACertEnv)
 	}
 	// A named ensemble takes the same settings, and passes them on.
 	t.Setenv(ZooKeeperAuthEnv, "zkuser:zkpw")
 	t.Setenv("LOCKSUITE_ZOOKEEPER_ENSEMBLE", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
 	ens, _ := serviceOf("zookeeper-ensemble")
-	if c, err = ens.named(); err != nil || c.zkAuth() != "zkuser:zkpw" || !slices.Contains(c.env, ZooKeeperAuthEnv+"=zkuser:zkpw") {
+	if c, err = named(ens); err != nil || zkAuth(c) != "zkuser:zkpw" || !slices.Contains(c.Env, ZooKeeperAuthEnv+"=zkuser:zkpw") {
 		t.Errorf("zookeeper-ensemble: %+v, %v: want the digest user, passed on", c, err)
 	}
 }

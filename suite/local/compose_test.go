@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/locksuite/locksuite/harness/services"
 )
 
 // TestDockerCompose validates docker-compose.yml with the compose client
@@ -18,15 +20,15 @@ func TestDockerCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 	header, _, _ := strings.Cut(string(b), "\nservices:\n")
-	for _, s := range services() {
-		has := strings.Contains(string(b), "\n  "+s.name+":\n")
+	for _, s := range allServices() {
+		has := strings.Contains(string(b), "\n  "+s.Name+":\n")
 		switch {
-		case has && s.noCompose != "":
-			t.Errorf("docker-compose.yml has a %s service, but the table says it has none: %s", s.name, s.noCompose)
-		case !has && s.noCompose == "":
-			t.Errorf("docker-compose.yml has no %s service (for %v), and the table gives no reason (noCompose)", s.name, backendsOn(s))
-		case has && !strings.Contains(header, s.vars[0]+"="):
-			t.Errorf("docker-compose.yml's header does not give %s= for its %s service", s.vars[0], s.name)
+		case has && s.NoCompose != "":
+			t.Errorf("docker-compose.yml has a %s service, but the table says it has none: %s", s.Name, s.NoCompose)
+		case !has && s.NoCompose == "":
+			t.Errorf("docker-compose.yml has no %s service (for %v), and the table gives no reason (noCompose)", s.Name, backendsOn(s))
+		case has && !strings.Contains(header, s.Vars[0]+"="):
+			t.Errorf("docker-compose.yml's header does not give %s= for its %s service", s.Vars[0], s.Name)
 		}
 	}
 	var cmd *exec.Cmd
@@ -43,11 +45,11 @@ func TestDockerCompose(t *testing.T) {
 }
 
 // backendsOn lists the backends on s.
-func backendsOn(s *service) []string {
+func backendsOn(s *services.Service) []string {
 	var out []string
 	for _, b := range table.backends {
-		if b.on == s {
-			out = append(out, b.name)
+		if b.On == s {
+			out = append(out, b.Name)
 		}
 	}
 	return out

@@ -40,9 +40,9 @@ func TestDefaultsDocumented(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range services() {
-		if !seen[s.name] {
-			t.Errorf("docs/your-lock.md's table of sizes has no row for %s", s.name)
+	for _, s := range allServices() {
+		if !seen[s.Name] {
+			t.Errorf("docs/your-lock.md's table of sizes has no row for %s", s.Name)
 		}
 	}
 }

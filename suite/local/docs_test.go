@@ -27,9 +27,9 @@ func TestDocsNameTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	pkgDoc := f.Doc.Text()
-	for _, s := range services() {
-		if !strings.Contains(pkgDoc, s.vars[0]) {
-			t.Errorf("the package doc (local.go) does not name %s, the variable of %s", s.vars[0], s.name)
+	for _, s := range allServices() {
+		if !strings.Contains(pkgDoc, s.Vars[0]) {
+			t.Errorf("the package doc (local.go) does not name %s, the variable of %s", s.Vars[0], s.Name)
 		}
 	}
 	lists := map[string][]string{"Names": Names, "Libraries": Libraries, "Clusters": Clusters, "WhenNamed": WhenNamed, "Variants": Variants, "Poolers": Poolers}
@@ -65,11 +65,11 @@ func TestDocsNameTheTable(t *testing.T) {
 	for _, c := range kube.Components {
 		known[kube.BinaryEnv(c)] = true
 	}
-	for _, s := range services() {
-		if !strings.Contains(vars, "`"+s.vars[0]+"`") {
-			t.Errorf("docs/servers.md's table of variables does not name %s, the variable of %s", s.vars[0], s.name)
+	for _, s := range allServices() {
+		if !strings.Contains(vars, "`"+s.Vars[0]+"`") {
+			t.Errorf("docs/servers.md's table of variables does not name %s, the variable of %s", s.Vars[0], s.Name)
 		}
-		for _, v := range slices.Concat(s.vars, s.shared) {
+		for _, v := range slices.Concat(s.Vars, s.Shared) {
 			known[v] = true
 		}
 	}
@@ -89,9 +89,9 @@ func TestDocsNameTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	svcs := section(t, "docs/your-lock.md", string(yourLock), "The services are ", "\n\n")
-	for _, s := range services() {
-		if !strings.Contains(svcs, "`"+s.name+"`") {
-			t.Errorf("docs/your-lock.md's list of services (%q) does not name %s", svcs, s.name)
+	for _, s := range allServices() {
+		if !strings.Contains(svcs, "`"+s.Name+"`") {
+			t.Errorf("docs/your-lock.md's list of services (%q) does not name %s", svcs, s.Name)
 		}
 	}
 

@@ -25,6 +25,7 @@ import (
 	"github.com/locksuite/locksuite/backends/k8slease"
 	"github.com/locksuite/locksuite/backends/leaderelection"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/harness/services/kube"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -47,31 +48,31 @@ const noClockKube = "the Lease's expiry is judged by each candidate's own clock,
 // leaseDurationSeconds is whole seconds: 1 s is the shortest lease. The
 // expiry with it is 1.4 s (k8s-lease) and 1.72 s (leader-election); a
 // chaos pause of 3 s outlasts both.
-var kubeService = &service{
-	name: "kube", title: "Kubernetes API", server: "kube-apiserver (the build of ci/setup.sh)",
-	lease: time.Second, pause: 3 * time.Second, pauses: 3, duration: 10 * time.Second,
-	vars:    []string{"KUBECONFIG", KubeNamespaceEnv},
-	fromEnv: kubeFromEnv,
-	start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
+var kubeService = &services.Service{
+	Name: "kube", Title: "Kubernetes API", Server: "kube-apiserver (the build of ci/setup.sh)",
+	Lease: time.Second, Pause: 3 * time.Second, Pauses: 3, Duration: 10 * time.Second,
+	Vars:    []string{"KUBECONFIG", KubeNamespaceEnv},
+	FromEnv: kubeFromEnv,
+	Start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
 		return kube.Start(ctx, o...)
 	},
-	timeout:    120 * time.Second, // kube-apiserver waits for its informers: 3-4 s idle, more on a busy machine
-	connect:    kubeConnect,
-	probe:      probeKube,
-	diagnose:   diagnoseKube,
-	hostPortOf: kubeHostPort,
-	servers:    kubeServers,
-	version:    kubeVersion,
-	noCompose:  "kube-apiserver needs its own etcd, certificates and flags: point KUBECONFIG at a cluster (kind, minikube) instead",
+	Timeout:    120 * time.Second, // kube-apiserver waits for its informers: 3-4 s idle, more on a busy machine
+	Connect:    kubeConnect,
+	Probe:      probeKube,
+	Diagnose:   diagnoseKube,
+	HostPortOf: kubeHostPort,
+	Servers:    kubeServers,
+	Version:    kubeVersion,
+	NoCompose:  "kube-apiserver needs its own etcd, certificates and flags: point KUBECONFIG at a cluster (kind, minikube) instead",
 	// Crashable (WithCrash), its etcd fsyncs on commit, as packaged.
-	durability: servers.DurabilityPackaged,
+	Durability: servers.DurabilityPackaged,
 }
 
 // kube-apiserver is a 170 MB build (ci/setup.sh) and takes seconds to
 // start: its two backends run when named.
-var kubeBackends = []backend{
-	{name: "k8s-lease", kind: adapter, on: kubeService, newLocker: newK8sLease, whenNamed: true, modules: []string{"k8s.io/client-go"}},
-	{name: "leader-election", kind: library, on: kubeService, newLocker: newLeaderElection, whenNamed: true, modules: []string{"k8s.io/client-go"}},
+var kubeBackends = []services.Backend{
+	{Name: "k8s-lease", Kind: services.Adapter, On: kubeService, NewLocker: newK8sLease, WhenNamed: true, Modules: []string{"k8s.io/client-go"}},
+	{Name: "leader-election", Kind: services.Library, On: kubeService, NewLocker: newLeaderElection, WhenNamed: true, Modules: []string{"k8s.io/client-go"}},
 }
 
 // kubeVersion asks the kube-apiserver binary the harness would start.
@@ -80,13 +81,13 @@ func kubeVersion() string {
 	if err != nil {
 		return "not found here (" + err.Error() + ")"
 	}
-	return binVersion(nil, b)
+	return services.BinVersion(nil, b)
 }
 
 // kubeFromEnv: with LOCKSUITE_KUBE_NAMESPACE, the namespace of the cluster
 // KUBECONFIG names; with KUBECONFIG alone, nil (kube.Start creates
 // a namespace there, and Stop deletes it).
-func kubeFromEnv() (*conn, error) {
+func kubeFromEnv() (*services.Conn, error) {
 	ns, kc := os.Getenv(KubeNamespaceEnv), os.Getenv("KUBECONFIG")
 	switch {
 	case ns == "":
@@ -102,7 +103,7 @@ func kubeFromEnv() (*conn, error) {
 	if err != nil {
 		return nil, &servers.Unavailable{Backend: "kube", Err: err, Fix: "check the kubeconfig (KUBECONFIG) and its current context"}
 	}
-	return &conn{endpoint: kc, rest: rc, namespace: ns}, nil
+	return &services.Conn{Endpoint: kc, Rest: rc, Namespace: ns}, nil
 }
 
 // kubeconfig loads the client configuration of the files path names
@@ -116,7 +117,7 @@ func kubeconfig(path string) (*rest.Config, error) {
 // or made a namespace in, with the variables that point a worker process at
 // it: KUBECONFIG (the user's, or a file for the harness's kube-apiserver)
 // and the namespace, which the worker then uses as it is.
-func kubeConnect(s servers.Server) (*conn, error) {
+func kubeConnect(s servers.Server) (*services.Conn, error) {
 	k := s.(kube.API)
 	kc := os.Getenv("KUBECONFIG")
 	if a, ok := k.(*kube.APIServer); ok {
@@ -125,20 +126,20 @@ func kubeConnect(s servers.Server) (*conn, error) {
 			return nil, err
 		}
 	}
-	return &conn{endpoint: kc, rest: k.RestConfig(), namespace: k.Namespace(),
-		env: []string{"KUBECONFIG=" + kc, KubeNamespaceEnv + "=" + k.Namespace()}}, nil
+	return &services.Conn{Endpoint: kc, Rest: k.RestConfig(), Namespace: k.Namespace(),
+		Env: []string{"KUBECONFIG=" + kc, KubeNamespaceEnv + "=" + k.Namespace()}}, nil
 }
 
 // leases is the Lease client of c's namespace.
-func (c *conn) leases() (coordinationv1client.LeaseInterface, error) {
-	if c.rest == nil {
+func kubeLeases(c *services.Conn) (coordinationv1client.LeaseInterface, error) {
+	if c.Rest == nil {
 		return nil, errors.New("no Kubernetes client configuration")
 	}
-	cc, err := coordinationv1client.NewForConfig(rest.CopyConfig(c.rest))
+	cc, err := coordinationv1client.NewForConfig(rest.CopyConfig(c.Rest))
 	if err != nil {
 		return nil, err
 	}
-	return cc.Leases(c.namespace), nil
+	return cc.Leases(c.Namespace), nil
 }
 
 // probeKube reads a Lease that does not exist in the namespace: "not
@@ -146,33 +147,33 @@ func (c *conn) leases() (coordinationv1client.LeaseInterface, error) {
 // user may read Leases there. Then it reads the namespace, which the Lease
 // read does not check: "not found" is an error, "forbidden" is not (the
 // user needs no more than the Leases).
-func probeKube(ctx context.Context, c *conn) error {
-	l, err := c.leases()
+func probeKube(ctx context.Context, c *services.Conn) error {
+	l, err := kubeLeases(c)
 	if err != nil {
 		return err
 	}
 	if _, err = l.Get(ctx, "locksuite-probe", metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
-	cc, err := corev1client.NewForConfig(rest.CopyConfig(c.rest))
+	cc, err := corev1client.NewForConfig(rest.CopyConfig(c.Rest))
 	if err != nil {
 		return err
 	}
-	if _, err = cc.Namespaces().Get(ctx, c.namespace, metav1.GetOptions{}); err != nil && !apierrors.IsForbidden(err) {
+	if _, err = cc.Namespaces().Get(ctx, c.Namespace, metav1.GetOptions{}); err != nil && !apierrors.IsForbidden(err) {
 		return err
 	}
 	return nil
 }
 
-func diagnoseKube(s symptoms) (problem, fix string) {
+func diagnoseKube(s services.Symptoms) (problem, fix string) {
 	switch {
-	case apierrors.IsUnauthorized(s.err):
+	case apierrors.IsUnauthorized(s.Err):
 		return "authentication failed: the API server refuses the kubeconfig's credentials", "check the user of KUBECONFIG's current context"
-	case apierrors.IsForbidden(s.err):
-		return "the kubeconfig's user may not use Leases in " + s.c.namespace, "grant get, create, update and delete on coordination.k8s.io leases in " + KubeNamespaceEnv + "'s namespace"
-	case apierrors.IsNotFound(s.err):
-		return "the namespace " + s.c.namespace + " does not exist", "create it, or unset " + KubeNamespaceEnv + " to let the suite create one"
-	case s.untrusted():
+	case apierrors.IsForbidden(s.Err):
+		return "the kubeconfig's user may not use Leases in " + s.C.Namespace, "grant get, create, update and delete on coordination.k8s.io leases in " + KubeNamespaceEnv + "'s namespace"
+	case apierrors.IsNotFound(s.Err):
+		return "the namespace " + s.C.Namespace + " does not exist", "create it, or unset " + KubeNamespaceEnv + " to let the suite create one"
+	case s.Untrusted():
 		return "the API server's TLS certificate is not trusted", "put its CA in the kubeconfig's cluster (certificate-authority-data)"
 	}
 	return "", "check KUBECONFIG and " + KubeNamespaceEnv + ", or unset both to let the harness start kube-apiserver"
@@ -198,19 +199,19 @@ func kubeHostPort(ep string) string {
 // process or under WithCrash a process of its own, is no member: a fault of
 // the member leaves it running; a crash kills both), or none for a cluster
 // of the user's.
-func kubeServers(sv *service, s servers.Server) suite.Servers {
-	k := &kubeMembers{svc: sv, c: &conn{rest: s.(kube.API).RestConfig(), namespace: s.(kube.API).Namespace()}}
+func kubeServers(sv *services.Service, s servers.Server) suite.Servers {
+	k := &kubeMembers{svc: sv, c: &services.Conn{Rest: s.(kube.API).RestConfig(), Namespace: s.(kube.API).Namespace()}}
 	if a, ok := s.(*kube.APIServer); ok {
-		k.members = []suite.Member{&member{name: "kube-apiserver", proc: a.Member(), jump: unsupported(noClockKube)}}
+		k.members = []suite.Member{&services.Process{Label: "kube-apiserver", Proc: a.Member(), Jump: services.Unsupported(noClockKube)}}
 	}
 	return k
 }
 
 type kubeMembers struct {
-	svc     *service
-	c       *conn
+	svc     *services.Service
+	c       *services.Conn
 	members []suite.Member
-	*crashing
+	*services.Crashing
 }
 
 func (k *kubeMembers) Members() []suite.Member { return k.members }
@@ -220,7 +221,7 @@ func (k *kubeMembers) Healthy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := probeKube(ctx, k.c); err != nil {
-		return fmt.Errorf("%s: %w", k.svc.name, err)
+		return fmt.Errorf("%s: %w", k.svc.Name, err)
 	}
 	return nil
 }
@@ -254,10 +255,10 @@ func wholeSeconds(d time.Duration) time.Duration {
 	return max(time.Second, (d + time.Second - 1).Truncate(time.Second))
 }
 
-func newK8sLease(c *conn, cl suite.Client) (backends.Locker, error) {
-	return k8slease.New(k8slease.Config{Rest: c.rest, Dial: cl.Dial, Namespace: c.namespace, Name: leaseName(cl.Key), TTL: wholeSeconds(cl.Lease)})
+func newK8sLease(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+	return k8slease.New(k8slease.Config{Rest: c.Rest, Dial: cl.Dial, Namespace: c.Namespace, Name: leaseName(cl.Key), TTL: wholeSeconds(cl.Lease)})
 }
 
-func newLeaderElection(c *conn, cl suite.Client) (backends.Locker, error) {
-	return leaderelection.New(leaderelection.Config{Rest: c.rest, Dial: cl.Dial, Namespace: c.namespace, Name: leaseName(cl.Key), TTL: wholeSeconds(cl.Lease)})
+func newLeaderElection(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+	return leaderelection.New(leaderelection.Config{Rest: c.Rest, Dial: cl.Dial, Namespace: c.Namespace, Name: leaseName(cl.Key), TTL: wholeSeconds(cl.Lease)})
 }

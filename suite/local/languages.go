@@ -14,6 +14,7 @@ import (
 	"github.com/locksuite/locksuite/backends/foreign"
 	"github.com/locksuite/locksuite/backends/foreign/workers"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -21,15 +22,15 @@ import (
 // its shipped worker (backends/foreign/workers) in its own runtime, through
 // the worker protocol, on its service's server: redis-py, kazoo,
 // redlock-js, redis-semaphore and curator. "languages" names them all.
-var languageBackends = func() []backend {
-	var out []backend
+var languageBackends = func() []services.Backend {
+	var out []services.Backend
 	for _, w := range workers.All {
 		on := redisService
 		if w.Service == "zookeeper" {
 			on = zookeeperService
 		}
-		out = append(out, backend{name: w.Name, kind: language, on: on, worker: w.Name,
-			newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+		out = append(out, services.Backend{Name: w.Name, Kind: services.Language, On: on, Worker: w.Name,
+			NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				defer cancel()
 				p, err := w.Prepare(ctx)
@@ -44,13 +45,13 @@ var languageBackends = func() []backend {
 
 // newWorker starts one client's worker, cmd in dir, for the lock service
 // service at c, named name in errors.
-func newWorker(ctx context.Context, name, service string, cmd []string, dir string, c *conn, cl suite.Client) (*foreign.Locker, error) {
-	if c.tls != nil {
+func newWorker(ctx context.Context, name, service string, cmd []string, dir string, c *services.Conn, cl suite.Client) (*foreign.Locker, error) {
+	if c.TLS != nil {
 		return nil, fmt.Errorf("worker %s: the worker protocol passes no TLS settings yet: name a server without TLS", name)
 	}
 	cfg := foreign.Config{Command: cmd, Dir: dir, Name: name, Client: cl.ID, Key: cl.Key, Lease: cl.Lease,
-		Service: service, Addrs: c.hostPorts(), Dial: cl.Dial, Username: c.user, Password: c.password}
-	cfg.URL, cfg.Addrs = workerURL(service, strings.TrimSpace(c.endpoint), cfg.Addrs)
+		Service: service, Addrs: c.HostPorts(), Dial: cl.Dial, Username: c.User, Password: c.Password}
+	cfg.URL, cfg.Addrs = workerURL(service, strings.TrimSpace(c.Endpoint), cfg.Addrs)
 	return foreign.New(ctx, cfg)
 }
 
@@ -69,7 +70,7 @@ func workerURL(service, endpoint string, hostPorts []string) (string, []string) 
 	switch service {
 	case "redis":
 		if strings.Contains(endpoint, "://") {
-			return endpoint, []string{redisService.hostPort(endpoint)}
+			return endpoint, []string{redisService.HostPort(endpoint)}
 		}
 		return "redis://" + endpoint + "/0", hostPorts
 	case "postgres":
@@ -93,19 +94,19 @@ func workerURL(service, endpoint string, hostPorts []string) (string, []string) 
 // probeWorker prepares backend b's worker and completes one handshake with
 // it on the server at c, for the library it reports; its error says what
 // is missing.
-func probeWorker(ctx context.Context, b backend, c *conn) (foreign.Library, error) {
-	w, _ := workers.Lookup(b.worker)
+func probeWorker(ctx context.Context, b services.Backend, c *services.Conn) (foreign.Library, error) {
+	w, _ := workers.Lookup(b.Worker)
 	p, err := w.Prepare(ctx)
 	var m *workers.Missing
 	if errors.As(err, &m) {
-		return foreign.Library{}, &servers.Unavailable{Backend: b.name, Err: errors.New(m.What + " is missing"), Fix: m.Fix}
+		return foreign.Library{}, &servers.Unavailable{Backend: b.Name, Err: errors.New(m.What + " is missing"), Fix: m.Fix}
 	}
 	if err != nil {
-		return foreign.Library{}, &servers.Unavailable{Backend: b.name, Err: err, Fix: "see the error; ci/setup.sh " + b.name + " installs what the worker needs"}
+		return foreign.Library{}, &servers.Unavailable{Backend: b.Name, Err: err, Fix: "see the error; ci/setup.sh " + b.Name + " installs what the worker needs"}
 	}
-	l, err := newWorker(ctx, b.name, w.Service, p.Command, p.Dir, c, suite.Client{Key: "locksuite-probe", Lease: b.on.lease, Dial: (&net.Dialer{}).DialContext})
+	l, err := newWorker(ctx, b.Name, w.Service, p.Command, p.Dir, c, suite.Client{Key: "locksuite-probe", Lease: b.On.Lease, Dial: (&net.Dialer{}).DialContext})
 	if err != nil {
-		return foreign.Library{}, &servers.Unavailable{Backend: b.name, Err: err, Fix: "the shipped worker failed its handshake: report it"}
+		return foreign.Library{}, &servers.Unavailable{Backend: b.Name, Err: err, Fix: "the shipped worker failed its handshake: report it"}
 	}
 	defer l.Close()
 	return l.Library(), nil
@@ -116,7 +117,7 @@ func probeWorker(ctx context.Context, b backend, c *conn) (foreign.Library, erro
 func WorkerServices() []string {
 	var out []string
 	for _, s := range servicesOf(Names) {
-		out = append(out, s.name)
+		out = append(out, s.Name)
 	}
 	return out
 }
@@ -127,17 +128,17 @@ func WorkerServices() []string {
 // and errors name it. Each Locker is a *foreign.Locker.
 func (e *Env) Worker(name, service string, command []string) (func(ctx context.Context, cl suite.Client) (backends.Locker, error), error) {
 	s, ok := serviceOf(service)
-	if !ok || !slices.Contains(WorkerServices(), s.name) {
+	if !ok || !slices.Contains(WorkerServices(), s.Name) {
 		return nil, fmt.Errorf("--service %q: a worker runs on one of %s", service, strings.Join(WorkerServices(), ", "))
 	}
-	if !e.Available(s.name) {
-		if err := e.Unavailable[s.name]; err != nil {
+	if !e.Available(s.Name) {
+		if err := e.Unavailable[s.Name]; err != nil {
 			return nil, err
 		}
-		return nil, fmt.Errorf("local: %s is not available: name it to Start", s.name)
+		return nil, fmt.Errorf("local: %s is not available: name it to Start", s.Name)
 	}
-	c := e.conn(s.name)
+	c := e.conn(s.Name)
 	return func(ctx context.Context, cl suite.Client) (backends.Locker, error) {
-		return newWorker(ctx, name, s.name, command, "", c, cl)
+		return newWorker(ctx, name, s.Name, command, "", c, cl)
 	}, nil
 }

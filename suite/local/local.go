@@ -72,6 +72,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/harness/services/kube/kubecluster"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/internal/tempdir"
@@ -81,7 +82,7 @@ import (
 // Names are the backends this package can provide, in report order: one
 // adapter per lock service (consul, etcd, postgres, redis, zookeeper,
 // mysql, nats-kv; memcached's is in WhenNamed). "all" in the CLI.
-var Names = namesOf(adapter)
+var Names = namesOf(services.Adapter)
 
 // Libraries are the lock libraries this package can provide, each used as
 // the library ships it, on its service's server and with that service's
@@ -94,7 +95,7 @@ var Names = namesOf(adapter)
 //	redsync      go-redsync/redsync on one Redis server (backends/redsync)
 //	redsync-3    redsync's Redlock over three independent Redis servers
 //	zk-lock      go-zookeeper's Lock recipe (backends/zklock) on the ZooKeeper server
-var Libraries = namesOf(library)
+var Libraries = namesOf(services.Library)
 
 // Clusters are the replicated backends this package can start, for the
 // failover scenarios: consul-cluster (three Consul servers), etcd-cluster
@@ -116,7 +117,7 @@ var Libraries = namesOf(library)
 // (ETCDCTL_USER, ETCDCTL_CACERT, ...; CONSUL_HTTP_TOKEN, CONSUL_CACERT, ...),
 // zookeeper-ensemble the LOCKSUITE_ZOOKEEPER_* ones, nats-cluster those in
 // its URLs (LOCKSUITE_NATS_CLUSTER); redis-sentinel takes none.
-var Clusters = namesOf(cluster)
+var Clusters = namesOf(services.Cluster)
 
 // Variants are the backends of the crash scenarios' durability settings,
 // each its service's adapter on a server started with another setting,
@@ -131,7 +132,7 @@ var Clusters = namesOf(cluster)
 //	                  (LOCKSUITE_NATS_SYNC)
 //
 // The crash scenarios need the servers started WithCrash.
-var Variants = namesOf(variant)
+var Variants = namesOf(services.Variant)
 
 // Poolers are the Postgres locks through PgBouncer (Debian's pgbouncer,
 // which ci/setup.sh installs; the harness starts it in front of a Postgres
@@ -149,7 +150,7 @@ var Variants = namesOf(variant)
 // LOCKSUITE_PGBOUNCER_SESSION_URL name a pooler of the user's in each mode
 // instead. The adapters through a pooler send no cancel request (their
 // Config's Pooler).
-var Poolers = namesOf(pooler)
+var Poolers = namesOf(services.Pooler)
 
 // Languages are the lock libraries of other languages, each as it ships,
 // in its own runtime, through its worker (backends/foreign/workers, the
@@ -167,7 +168,7 @@ var Poolers = namesOf(pooler)
 // javac) and asks it its library's version (Env.Libraries); one whose
 // runtime or packages are missing is Unavailable, saying which
 // (ci/setup.sh NAME installs them).
-var Languages = namesOf(language)
+var Languages = namesOf(services.Language)
 
 // WhenNamed are the backends started only when named (not by "all" or
 // "libraries"): those on a Kubernetes API, kube-apiserver, which
@@ -199,13 +200,13 @@ type Env struct {
 	endpoint map[string]string
 	// conns: per service named by the environment, its credentials; per
 	// service started with a connect hook, what connect gave.
-	conns map[string]*conn
+	conns map[string]*services.Conn
 	// Unavailable holds, per backend that could not be started or reached,
 	// an error naming it and the fix.
 	Unavailable map[string]error
 	// Store names the counter store in use: one of Stores.
 	Store string
-	store *counterStore
+	store *services.CounterStore
 	// storeAt is the store's server when it is one of its own (StoreEnv
 	// names it, or storeSrv); storeSrv, the one Start started for it.
 	storeAt  string
@@ -267,11 +268,11 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	e := &Env{endpoint: map[string]string{}, conns: map[string]*conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}, crash: o.crash, given: o.given}
+	e := &Env{endpoint: map[string]string{}, conns: map[string]*services.Conn{}, Unavailable: map[string]error{}, clusters: map[string]servers.Cluster{}, started: map[string]suite.Servers{}, crash: o.crash, given: o.given}
 	want := map[string]bool{}
 	for _, n := range names {
 		if s, ok := serviceOf(n); ok {
-			want[s.name] = true
+			want[s.Name] = true
 		} else {
 			e.Unavailable[n] = unknown(n)
 		}
@@ -281,7 +282,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 		return nil, err
 	}
 	storeAt := strings.TrimSpace(os.Getenv(StoreEnv))
-	var own *service // the store's own server's service, if it gets one
+	var own *services.Service // the store's own server's service, if it gets one
 	if storeAt == "" {
 		own = ownStoreOf(candidates[0], want, e.given)
 	}
@@ -289,7 +290,7 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 	// most of their time is spent waiting for a server to listen. Then
 	// the store, on the first of its candidates that is available
 	// (provided now if it was not asked for).
-	all := services()
+	all := allServices()
 	made := make([]provided, len(all))
 	var (
 		wg      sync.WaitGroup
@@ -299,21 +300,21 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ownMade = own.provide(ctx, false, nil)
+			ownMade = provide(ctx, own, false, nil)
 		}()
 	}
 	for i, s := range all {
-		if want[s.name] {
+		if want[s.Name] {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				made[i] = s.provide(ctx, e.crash, e.given[s.name])
+				made[i] = provide(ctx, s, e.crash, e.given[s.Name])
 			}()
 		}
 	}
 	wg.Wait()
 	for i, s := range all { // in the table's order: Close stops them in reverse
-		if want[s.name] {
+		if want[s.Name] {
 			e.add(s, made[i])
 		}
 	}
@@ -329,8 +330,8 @@ func Start(ctx context.Context, names []string, opts ...Option) (*Env, error) {
 		return nil, err
 	}
 	for _, n := range names {
-		if s, ok := serviceOf(n); ok && s.name != n && e.Unavailable[s.name] != nil {
-			e.Unavailable[n] = e.Unavailable[s.name]
+		if s, ok := serviceOf(n); ok && s.Name != n && e.Unavailable[s.Name] != nil {
+			e.Unavailable[n] = e.Unavailable[s.Name]
 		}
 	}
 	e.probeWorkers(ctx, names)
@@ -347,10 +348,10 @@ func (e *Env) probeWorkers(ctx context.Context, names []string) {
 	}
 	for _, n := range names {
 		b, ok := lookup(n)
-		if !ok || b.worker == "" || e.Unavailable[n] != nil || !e.Available(b.on.name) {
+		if !ok || b.Worker == "" || e.Unavailable[n] != nil || !e.Available(b.On.Name) {
 			continue
 		}
-		lib, err := probeWorker(ctx, b, e.conn(b.on.name))
+		lib, err := probeWorker(ctx, b, e.conn(b.On.Name))
 		if err != nil {
 			e.Unavailable[n] = err
 			continue
@@ -368,8 +369,8 @@ func (e *Env) Libraries() [][2]string { return e.libraries }
 // the connection to it, or why it could not be had.
 type provided struct {
 	srv   servers.Server
-	named *conn // the environment's connection, if it named the server
-	mc    *conn // connect's, for a server started here
+	named *services.Conn // the environment's connection, if it named the server
+	mc    *services.Conn // connect's, for a server started here
 	err   error
 	// noPower, for a server started crashable, is why it cannot lose
 	// power (FUSE is not available), if it cannot.
@@ -380,24 +381,24 @@ type provided struct {
 // provide starts service s (crash: crashable, as WithCrash), takes given
 // (WithServer's) if not nil, or connects to the one the environment names.
 // It touches no Env: add records what it made.
-func (s *service) provide(ctx context.Context, crash bool, given servers.Server) provided {
+func provide(ctx context.Context, s *services.Service, crash bool, given servers.Server) provided {
 	if given != nil {
 		return provided{srv: given, given: true}
 	}
-	timeout := s.timeout
+	timeout := s.Timeout
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, err := s.named()
+	c, err := named(s)
 	if err != nil {
 		return provided{err: err}
 	}
 	var p provided
 	switch {
 	case c != nil:
-		p.srv, p.named, p.err = servers.External(s.name, c.endpoint), c, s.check(ctx, c)
+		p.srv, p.named, p.err = servers.External(s.Name, c.Endpoint), c, check(ctx, s, c)
 		return p
 	case crash:
 		p.srv, p.err = startRetrying(func() (srv servers.Server, err error) {
@@ -405,13 +406,13 @@ func (s *service) provide(ctx context.Context, crash bool, given servers.Server)
 			return srv, err
 		})
 	default:
-		p.srv, p.err = startRetrying(func() (servers.Server, error) { return s.start(ctx, startOptions(s, false, false)...) })
+		p.srv, p.err = startRetrying(func() (servers.Server, error) { return s.Start(ctx, startOptions(s, false, false)...) })
 	}
 	if p.err != nil {
 		return p
 	}
-	if s.connect != nil {
-		if p.mc, p.err = s.connect(p.srv); p.err != nil {
+	if s.Connect != nil {
+		if p.mc, p.err = s.Connect(p.srv); p.err != nil {
 			_ = p.srv.Stop()
 		}
 	}
@@ -432,52 +433,52 @@ func startRetrying(start func() (servers.Server, error)) (servers.Server, error)
 }
 
 // add records what provide made of s.
-func (e *Env) add(s *service, p provided) {
+func (e *Env) add(s *services.Service, p provided) {
 	if p.named != nil {
-		e.conns[s.name] = p.named
+		e.conns[s.Name] = p.named
 	}
 	if p.err != nil {
-		e.Unavailable[s.name] = p.err
+		e.Unavailable[s.Name] = p.err
 		return
 	}
 	if p.mc != nil {
-		e.conns[s.name] = p.mc
+		e.conns[s.Name] = p.mc
 	}
 	e.servers = append(e.servers, p.srv)
-	e.endpoint[s.name] = p.srv.Endpoint()
+	e.endpoint[s.Name] = p.srv.Endpoint()
 	if p.mc != nil {
-		e.endpoint[s.name] = p.mc.endpoint // kube: the kubeconfig, as KUBECONFIG names one
+		e.endpoint[s.Name] = p.mc.Endpoint // kube: the kubeconfig, as KUBECONFIG names one
 	}
 	if cl, ok := p.srv.(servers.Cluster); ok {
-		e.clusters[s.name] = cl
+		e.clusters[s.Name] = cl
 	}
 	if ss, ok := p.srv.(suite.Servers); ok && p.given {
-		e.started[s.name] = ss
-	} else if p.named == nil && s.servers != nil && !p.given {
-		ss := s.servers(s, p.srv)
-		if cs, ok := ss.(crashable); ok {
-			cs.setCrashing(e.crashingOf(p.srv, e.crash, p.noPower))
+		e.started[s.Name] = ss
+	} else if p.named == nil && s.Servers != nil && !p.given {
+		ss := s.Servers(s, p.srv)
+		if cs, ok := ss.(services.Crashable); ok {
+			cs.SetCrashing(e.crashingOf(p.srv, e.crash, p.noPower))
 		}
-		e.started[s.name] = ss
+		e.started[s.Name] = ss
 	}
 }
 
 // named returns the connection the environment names for s, or nil.
-func (s *service) named() (*conn, error) {
-	var c *conn
-	if s.fromEnv != nil {
+func named(s *services.Service) (*services.Conn, error) {
+	var c *services.Conn
+	if s.FromEnv != nil {
 		var err error
-		if c, err = s.fromEnv(); c == nil || err != nil {
+		if c, err = s.FromEnv(); c == nil || err != nil {
 			return nil, err
 		}
-	} else if v := os.Getenv(s.vars[0]); v != "" {
-		c = &conn{endpoint: v}
+	} else if v := os.Getenv(s.Vars[0]); v != "" {
+		c = &services.Conn{Endpoint: v}
 	} else {
 		return nil, nil
 	}
-	for _, v := range slices.Concat(s.vars, s.shared) {
+	for _, v := range slices.Concat(s.Vars, s.Shared) {
 		if val, ok := os.LookupEnv(v); ok {
-			c.env = append(c.env, v+"="+val)
+			c.Env = append(c.Env, v+"="+val)
 		}
 	}
 	return c, nil
@@ -485,27 +486,27 @@ func (s *service) named() (*conn, error) {
 
 // check probes a named server within ctx (at most 5 s), so that a wrong
 // address or credentials are reported at once with the variable to fix.
-func (s *service) check(ctx context.Context, c *conn) error {
-	if s.probe == nil {
+func check(ctx context.Context, s *services.Service, c *services.Conn) error {
+	if s.Probe == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := s.probe(ctx, c)
+	err := s.Probe(ctx, c)
 	var u *servers.Unavailable
 	if err == nil || errors.As(err, &u) {
 		return err
 	}
-	return unavailable(s, c, err)
+	return services.Diagnose(s, c, err)
 }
 
 // conn returns the connection settings of service n: the environment's, or
 // the bare endpoint of a server the harness started.
-func (e *Env) conn(n string) *conn {
+func (e *Env) conn(n string) *services.Conn {
 	if c := e.conns[n]; c != nil {
 		return c
 	}
-	return &conn{endpoint: e.endpoint[n]}
+	return &services.Conn{Endpoint: e.endpoint[n]}
 }
 
 // Endpoint is the address of the server backend or service n runs on, as
@@ -513,7 +514,7 @@ func (e *Env) conn(n string) *conn {
 // comma-separated for several servers); empty if n is not Available.
 func (e *Env) Endpoint(n string) string {
 	if s, ok := serviceOf(n); ok {
-		return e.endpoint[s.name]
+		return e.endpoint[s.Name]
 	}
 	return ""
 }
@@ -534,11 +535,11 @@ func (e *Env) Config(n string, fenced bool) suite.Config {
 		cfg.NewLocker = func(context.Context, suite.Client) (backends.Locker, error) { return nil, unknown(n) }
 		return cfg
 	}
-	c := e.conn(b.on.name)
-	cfg := e.config(n, b.on, fenced, func(_ context.Context, cl suite.Client) (backends.Locker, error) { return b.newLocker(c, cl) })
+	c := e.conn(b.On.Name)
+	cfg := e.config(n, b.On, fenced, func(_ context.Context, cl suite.Client) (backends.Locker, error) { return b.NewLocker(c, cl) })
 	cfg.Nodes = nodeService(b)
-	if b.tune != nil {
-		b.tune(&cfg)
+	if b.Tune != nil {
+		b.Tune(&cfg)
 	}
 	return cfg
 }
@@ -558,11 +559,11 @@ func (e *Env) ConfigFor(name, service string, fenced bool, newLocker func(ctx co
 	if !ok {
 		return suite.Config{}, unknown(service)
 	}
-	if !e.Available(s.name) {
-		if err := e.Unavailable[s.name]; err != nil {
+	if !e.Available(s.Name) {
+		if err := e.Unavailable[s.Name]; err != nil {
 			return suite.Config{}, err
 		}
-		return suite.Config{}, fmt.Errorf("local: %s is not available: name it (or a backend on it) to Start", s.name)
+		return suite.Config{}, fmt.Errorf("local: %s is not available: name it (or a backend on it) to Start", s.Name)
 	}
 	return e.config(name, s, fenced, newLocker), nil
 }
@@ -577,27 +578,27 @@ func Defaults(n string) (suite.Config, error) {
 		return suite.Config{}, unknown(n)
 	}
 	cfg := sized(n, s)
-	if b, ok := lookup(n); ok && b.tune != nil {
-		b.tune(&cfg)
+	if b, ok := lookup(n); ok && b.Tune != nil {
+		b.Tune(&cfg)
 	}
 	return cfg, nil
 }
 
 // sized is suite.NewConfig with service s's lease and chaos sizes.
-func sized(name string, s *service) suite.Config {
+func sized(name string, s *services.Service) suite.Config {
 	cfg := suite.NewConfig()
-	cfg.Name, cfg.Service, cfg.Lease, cfg.Chaos = name, s.name, s.lease, s.chaos()
+	cfg.Name, cfg.Service, cfg.Lease, cfg.Chaos = name, s.Name, s.Lease, s.Chaos()
 	return cfg
 }
 
-func (e *Env) config(name string, s *service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
+func (e *Env) config(name string, s *services.Service, fenced bool, newLocker func(context.Context, suite.Client) (backends.Locker, error)) suite.Config {
 	cfg := sized(name, s)
 	cfg.Fenced, cfg.Endpoint = fenced, e.endpointOf(s)
 	cfg.NewLocker, cfg.NewStore, cfg.WorkerEnv = newLocker, e.newStore, e.Environ()
 	if e.storeAt == "" {
 		cfg.StoreService = e.Store
 	}
-	if ss, ok := e.started[s.name]; ok {
+	if ss, ok := e.started[s.Name]; ok {
 		cfg.Servers = ss
 	}
 	return cfg
@@ -606,22 +607,22 @@ func (e *Env) config(name string, s *service, fenced bool, newLocker func(contex
 // endpointOf is how to reach service s as the harness does (suite.Endpoint):
 // the user's variables, credentials and TLS settings included, or the
 // address of the server Start started, as its variable would name it.
-func (e *Env) endpointOf(s *service) suite.Endpoint {
-	c := e.conn(s.name)
-	ep := suite.Endpoint{URL: strings.TrimSpace(c.endpoint), Username: c.user, Password: c.password, Token: c.token, TLS: c.tls}
-	if e.conns[s.name] == nil && ep.URL != "" && s.environ != nil {
-		_, ep.URL, _ = strings.Cut(s.environ(ep.URL), "=") // redis://host:port/0
+func (e *Env) endpointOf(s *services.Service) suite.Endpoint {
+	c := e.conn(s.Name)
+	ep := suite.Endpoint{URL: strings.TrimSpace(c.Endpoint), Username: c.User, Password: c.Password, Token: c.Token, TLS: c.TLS}
+	if e.conns[s.Name] == nil && ep.URL != "" && s.Environ != nil {
+		_, ep.URL, _ = strings.Cut(s.Environ(ep.URL), "=") // redis://host:port/0
 	}
-	for _, a := range c.addrs() {
-		if s.hostPortOf != nil {
-			a = s.hostPortOf(a)
+	for _, a := range c.Addrs() {
+		if s.HostPortOf != nil {
+			a = s.HostPortOf(a)
 		}
 		if a != "" {
 			ep.Addrs = append(ep.Addrs, a)
 		}
 	}
-	if len(ep.Addrs) == 0 && c.endpoint != "" && s.hostPortOf != nil {
-		ep.Addrs = []string{s.hostPortOf(c.endpoint)} // libpq's PG* variables
+	if len(ep.Addrs) == 0 && c.Endpoint != "" && s.HostPortOf != nil {
+		ep.Addrs = []string{s.HostPortOf(c.Endpoint)} // libpq's PG* variables
 	}
 	if u, err := url.Parse(ep.URL); err == nil && u.User != nil && ep.Username == "" && ep.Password == "" {
 		ep.Username = u.User.Username()
@@ -631,7 +632,7 @@ func (e *Env) endpointOf(s *service) suite.Endpoint {
 }
 
 func (e *Env) newStore(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
-	return e.store.new(ctx, name, fenced)
+	return e.store.New(ctx, name, fenced)
 }
 
 // Environ names every server of e in the ecosystem's variables, so that a
@@ -647,7 +648,7 @@ func (e *Env) Environ() []string {
 	// them below.
 	for n := range e.endpoint {
 		if s, _ := serviceOf(n); e.conns[n] == nil {
-			for _, v := range s.shared {
+			for _, v := range s.Shared {
 				out = append(out, v+"=")
 			}
 		}
@@ -658,14 +659,14 @@ func (e *Env) Environ() []string {
 	for n, ep := range e.endpoint {
 		if c := e.conns[n]; c != nil {
 			// Named by the user: the same variables, credentials included.
-			out = append(out, c.env...)
+			out = append(out, c.Env...)
 			continue
 		}
 		s, _ := serviceOf(n)
-		if s.environ != nil {
-			out = append(out, s.environ(ep))
+		if s.Environ != nil {
+			out = append(out, s.Environ(ep))
 		} else if strings.TrimSpace(ep) != "" {
-			out = append(out, s.vars[0]+"="+ep)
+			out = append(out, s.Vars[0]+"="+ep)
 		}
 	}
 	return out
@@ -708,7 +709,7 @@ func (e *Env) Close() {
 	e.crashMu.Lock()
 	defer e.crashMu.Unlock()
 	if e.store != nil {
-		e.store.close()
+		e.store.Close()
 	}
 	if e.storeSrv != nil {
 		_ = e.storeSrv.Stop()

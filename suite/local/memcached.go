@@ -8,6 +8,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/memcached"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -16,22 +17,22 @@ import (
 // first of a comma-separated list. Expiry has whole seconds on a clock
 // that moves once a second, so a lease lives between its seconds and one
 // more (the adapter's TTL and Expiry): the pauses are longer than both.
-var memcachedService = &service{
-	name: "memcached", title: "memcached", server: "memcached",
-	lease: time.Second, pause: 3 * time.Second, pauses: 3, duration: 10 * time.Second,
-	vars:       []string{"MEMCACHE_SERVERS"},
-	hostPortOf: memcachedAddr,
-	start:      startOf(servers.StartMemcached),
-	probe: func(ctx context.Context, c *conn) error {
-		return memcached.Ping(ctx, memcachedAddr(c.endpoint), nil)
+var memcachedService = &services.Service{
+	Name: "memcached", Title: "memcached", Server: "memcached",
+	Lease: time.Second, Pause: 3 * time.Second, Pauses: 3, Duration: 10 * time.Second,
+	Vars:       []string{"MEMCACHE_SERVERS"},
+	HostPortOf: memcachedAddr,
+	Start:      services.StartOf(servers.StartMemcached),
+	Probe: func(ctx context.Context, c *services.Conn) error {
+		return memcached.Ping(ctx, memcachedAddr(c.Endpoint), nil)
 	},
-	servers: oneProcess("memcached", noClockMemcached),
-	version: func() string { return binVersion([]string{"-V"}, "memcached", "/usr/bin/memcached") },
+	Servers: services.OneProcess("memcached", noClockMemcached),
+	Version: func() string { return services.BinVersion([]string{"-V"}, "memcached", "/usr/bin/memcached") },
 }
 
-var memcachedBackends = []backend{
-	{name: "memcached", kind: adapter, on: memcachedService, whenNamed: true, ownClient: "memcached's meta protocol", newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-		return memcached.New(memcached.Config{Addr: memcachedAddr(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+var memcachedBackends = []services.Backend{
+	{Name: "memcached", Kind: services.Adapter, On: memcachedService, WhenNamed: true, OwnClient: "memcached's meta protocol", NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+		return memcached.New(memcached.Config{Addr: memcachedAddr(c.Endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 	}},
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/mysql"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/internal/redact"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -21,23 +22,25 @@ import (
 // mariadbd), or the MySQL or MariaDB server MYSQL_URL names.
 // wait_timeout, which frees a stalled holder's GET_LOCK, has whole
 // seconds: 1 s is the shortest lease.
-var mysqlService = &service{
-	name: "mysql", title: "MariaDB", server: "mariadbd",
-	lease: time.Second, pause: 2 * time.Second, pauses: 3, duration: 8 * time.Second,
-	vars:       []string{"MYSQL_URL"},
-	fromEnv:    mysqlFromEnv,
-	diagnose:   diagnoseMySQL,
-	hostPortOf: mysqlHostPort,
-	start:      startOf(servers.StartMariaDB),
-	probe:      probeMySQL,
-	servers:    oneProcess("mariadbd", noClockMariaDB),
-	durability: servers.DurabilityPackaged,
-	version:    func() string { return binVersion(nil, "mariadbd", "/usr/sbin/mariadbd", "mysqld", "/usr/sbin/mysqld") },
+var mysqlService = &services.Service{
+	Name: "mysql", Title: "MariaDB", Server: "mariadbd",
+	Lease: time.Second, Pause: 2 * time.Second, Pauses: 3, Duration: 8 * time.Second,
+	Vars:       []string{"MYSQL_URL"},
+	FromEnv:    mysqlFromEnv,
+	Diagnose:   diagnoseMySQL,
+	HostPortOf: mysqlHostPort,
+	Start:      services.StartOf(servers.StartMariaDB),
+	Probe:      probeMySQL,
+	Servers:    services.OneProcess("mariadbd", noClockMariaDB),
+	Durability: servers.DurabilityPackaged,
+	Version: func() string {
+		return services.BinVersion(nil, "mariadbd", "/usr/sbin/mariadbd", "mysqld", "/usr/sbin/mysqld")
+	},
 }
 
-var mysqlBackends = []backend{
-	{name: "mysql", kind: adapter, on: mysqlService, modules: []string{"github.com/go-sql-driver/mysql"}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-		dsn, err := mysql.DSN(strings.TrimSpace(c.endpoint))
+var mysqlBackends = []services.Backend{
+	{Name: "mysql", Kind: services.Adapter, On: mysqlService, Modules: []string{"github.com/go-sql-driver/mysql"}, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+		dsn, err := mysql.DSN(strings.TrimSpace(c.Endpoint))
 		if err != nil {
 			return nil, err
 		}
@@ -50,7 +53,7 @@ var mysqlBackends = []backend{
 const noClockMariaDB = "the harness does not run mariadbd under libfaketime, so its wall clock cannot be moved"
 
 // mysqlFromEnv reads MYSQL_URL: a go-sql-driver DSN or a mysql:// URL.
-func mysqlFromEnv() (*conn, error) {
+func mysqlFromEnv() (*services.Conn, error) {
 	v := os.Getenv("MYSQL_URL")
 	if v == "" {
 		return nil, nil
@@ -64,12 +67,12 @@ func mysqlFromEnv() (*conn, error) {
 		return nil, &servers.Unavailable{Backend: "mysql", Err: redact.Error(fmt.Errorf("MYSQL_URL %s: %w", redact.URL(v), err)),
 			Fix: "set MYSQL_URL to user:password@tcp(host:port)/db or mysql://user:password@host:port/db"}
 	}
-	return &conn{endpoint: v, secrets: []string{cfg.Passwd}}, nil
+	return &services.Conn{Endpoint: v, Secrets: []string{cfg.Passwd}}, nil
 }
 
 // probeMySQL connects with the DSN (or mysql:// URL) and pings.
-func probeMySQL(ctx context.Context, c *conn) error {
-	dsn, err := mysql.DSN(strings.TrimSpace(c.endpoint))
+func probeMySQL(ctx context.Context, c *services.Conn) error {
+	dsn, err := mysql.DSN(strings.TrimSpace(c.Endpoint))
 	if err != nil {
 		return err
 	}
@@ -81,13 +84,13 @@ func probeMySQL(ctx context.Context, c *conn) error {
 	return db.PingContext(ctx)
 }
 
-func diagnoseMySQL(s symptoms) (problem, fix string) {
+func diagnoseMySQL(s services.Symptoms) (problem, fix string) {
 	switch {
-	case s.has("Error 1045", "Access denied"):
+	case s.Has("Error 1045", "Access denied"):
 		return "authentication failed: wrong user name or password", "put the right user and password in MYSQL_URL: user:password@tcp(host:port)/db or mysql://user:password@host:port/db"
-	case s.has("Error 3159", "insecure transport"):
+	case s.Has("Error 3159", "insecure transport"):
 		return "server requires TLS", "add tls=true to MYSQL_URL (tls=skip-verify for a private CA)"
-	case s.untrusted():
+	case s.Untrusted():
 		return "the server's TLS certificate is not trusted", "use tls=skip-verify in MYSQL_URL, or give the server a certificate the system trusts"
 	}
 	return "", "check MYSQL_URL (user:password@tcp(host:port)/db or mysql://user:password@host:port/db), or unset it to let the harness start a MariaDB server"

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -30,12 +31,12 @@ var (
 // grant twice with no fault (suite.Config.Unsafe).
 const txnPoolerUnsafe = "a session advisory lock through PgBouncer in transaction pooling: the lock belongs to the server session, not to the client, and each of a client's statements may run on another client's server session (the harness's pooler has one, so every client's does), where pg_advisory_lock is granted at once to whoever asks (advisory locks are re-entrant per session) and the unlock can free another client's hold"
 
-var pgbouncerBackends = []backend{
-	{name: "postgres-pgbouncer", kind: pooler, on: pgbouncerOneService, modules: []string{pgxModule}, newLocker: newPooledPostgres,
-		tune: func(cfg *suite.Config) { cfg.Unsafe = txnPoolerUnsafe }},
-	{name: "pg-xact-pgbouncer", kind: pooler, on: pgbouncerService, modules: []string{pgxModule}, newLocker: newPooledPgXact},
-	{name: "postgres-pgbouncer-session", kind: pooler, on: pgbouncerSessionService, modules: []string{pgxModule}, newLocker: newPooledPostgres},
-	{name: "pg-xact-pgbouncer-session", kind: pooler, on: pgbouncerSessionService, modules: []string{pgxModule}, newLocker: newPooledPgXact},
+var pgbouncerBackends = []services.Backend{
+	{Name: "postgres-pgbouncer", Kind: services.Pooler, On: pgbouncerOneService, Modules: []string{pgxModule}, NewLocker: newPooledPostgres,
+		Tune: func(cfg *suite.Config) { cfg.Unsafe = txnPoolerUnsafe }},
+	{Name: "pg-xact-pgbouncer", Kind: services.Pooler, On: pgbouncerService, Modules: []string{pgxModule}, NewLocker: newPooledPgXact},
+	{Name: "postgres-pgbouncer-session", Kind: services.Pooler, On: pgbouncerSessionService, Modules: []string{pgxModule}, NewLocker: newPooledPostgres},
+	{Name: "pg-xact-pgbouncer-session", Kind: services.Pooler, On: pgbouncerSessionService, Modules: []string{pgxModule}, NewLocker: newPooledPgXact},
 }
 
 // The adapters through a pooler send no cancel request (Config.Pooler).
@@ -44,27 +45,27 @@ var newPooledPostgres, newPooledPgXact = postgresLock(true), pgXactLock(true)
 // poolerService is PgBouncer in mode, with pool server connections (0:
 // servers.StartPgBouncer's default), in front of its own Postgres, or the
 // pooler v names: the lock's sizes and checks are Postgres's.
-func poolerService(name string, mode servers.PoolMode, pool int, v string) *service {
+func poolerService(name string, mode servers.PoolMode, pool int, v string) *services.Service {
 	title, server := "PgBouncer ("+string(mode)+" pooling)", "pgbouncer (pool_mode="+string(mode)
 	if pool == 1 {
 		title, server = "PgBouncer ("+string(mode)+" pooling, one server connection)", server+", default_pool_size=1"
 	}
-	return &service{
-		name: name, title: title,
-		server: server + ") in front of its own initdb and postgres",
-		lease:  postgresService.lease, pause: postgresService.pause, duration: postgresService.duration,
-		vars:    []string{v},
-		fromEnv: func() (*conn, error) { return poolerFromEnv(v) },
-		start: func(ctx context.Context, _ ...servers.Option) (servers.Server, error) {
+	return &services.Service{
+		Name: name, Title: title,
+		Server: server + ") in front of its own initdb and postgres",
+		Lease:  postgresService.Lease, Pause: postgresService.Pause, Duration: postgresService.Duration,
+		Vars:    []string{v},
+		FromEnv: func() (*services.Conn, error) { return poolerFromEnv(v) },
+		Start: func(ctx context.Context, _ ...servers.Option) (servers.Server, error) {
 			return servers.StartPgBouncer(ctx, mode, pool)
 		},
-		probe:      probePostgres,
-		diagnose:   diagnosePostgres,
-		hostPortOf: pgHostPort,
-		startTLS:   true,
-		servers:    poolerServers,
-		version:    func() string { return binVersion(nil, "pgbouncer", "/usr/sbin/pgbouncer") },
-		noCompose:  "the harness starts PgBouncer with a Postgres of its own; a pooler of the user's is named by " + v,
+		Probe:      probePostgres,
+		Diagnose:   diagnosePostgres,
+		HostPortOf: pgHostPort,
+		StartTLS:   true,
+		Servers:    poolerServers,
+		Version:    func() string { return services.BinVersion(nil, "pgbouncer", "/usr/sbin/pgbouncer") },
+		NoCompose:  "the harness starts PgBouncer with a Postgres of its own; a pooler of the user's is named by " + v,
 	}
 }
 
@@ -73,7 +74,7 @@ func poolerService(name string, mode servers.PoolMode, pool int, v string) *serv
 // default_query_exec_mode=simple_protocol to a URL that sets no mode:
 // PgBouncer before 1.21 keeps no prepared statement across the server
 // connections of transaction pooling.
-func poolerFromEnv(v string) (*conn, error) {
+func poolerFromEnv(v string) (*services.Conn, error) {
 	ep := os.Getenv(v)
 	if ep == "" {
 		return nil, nil
@@ -88,13 +89,13 @@ func poolerFromEnv(v string) (*conn, error) {
 		u.RawQuery = q.Encode()
 		ep = u.String()
 	}
-	return &conn{endpoint: ep, secrets: []string{pc.Password}}, nil
+	return &services.Conn{Endpoint: ep, Secrets: []string{pc.Password}}, nil
 }
 
 // poolerServers: the Postgres behind the pooler the harness started is
 // the one member (the lock's state is there: a server fault stops it); the
 // pooler answers the health check.
-func poolerServers(sv *service, s servers.Server) suite.Servers {
+func poolerServers(sv *services.Service, s servers.Server) suite.Servers {
 	pg := s.(*servers.PgBouncer).Postgres()
-	return &serverMembers{svc: sv, s: s, members: []suite.Member{&member{name: "postgres", proc: pg.Members()[0], jump: unsupported(noClockPostgres)}}}
+	return &services.ServerMembers{Service: sv, Server: s, MemberList: []suite.Member{&services.Process{Label: "postgres", Proc: pg.Members()[0], Jump: services.Unsupported(noClockPostgres)}}}
 }

@@ -18,33 +18,34 @@ import (
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/fencing/pgstore"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/suite"
 )
 
 // postgresService is a throwaway PostgreSQL cluster (initdb, then
 // postgres), or the server libpq's variables name. It also holds the
 // counter store (stores).
-var postgresService = &service{
-	name: "postgres", title: "Postgres", server: "initdb and postgres",
-	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-	vars:       []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
-	fromEnv:    postgresFromEnv,
-	start:      startOf(servers.StartPostgres),
-	probe:      probePostgres,
-	diagnose:   diagnosePostgres,
-	hostPortOf: pgHostPort,
-	startTLS:   true,
-	servers:    oneProcess("postgres", noClockPostgres),
-	durability: servers.DurabilityPackaged,
-	version:    func() string { return binVersion(nil, "postgres", "/usr/lib/postgresql/*/bin/postgres") },
-	store:      openPgStore,
+var postgresService = &services.Service{
+	Name: "postgres", Title: "Postgres", Server: "initdb and postgres",
+	Lease: 200 * time.Millisecond, Pause: 500 * time.Millisecond, Duration: 5 * time.Second,
+	Vars:       []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
+	FromEnv:    postgresFromEnv,
+	Start:      services.StartOf(servers.StartPostgres),
+	Probe:      probePostgres,
+	Diagnose:   diagnosePostgres,
+	HostPortOf: pgHostPort,
+	StartTLS:   true,
+	Servers:    services.OneProcess("postgres", noClockPostgres),
+	Durability: servers.DurabilityPackaged,
+	Version:    func() string { return services.BinVersion(nil, "postgres", "/usr/lib/postgresql/*/bin/postgres") },
+	Store:      openPgStore,
 }
 
 const pgxModule = "github.com/jackc/pgx/v5"
 
-var postgresBackends = []backend{
-	{name: "postgres", kind: adapter, on: postgresService, modules: []string{pgxModule}, newLocker: newPostgres},
-	{name: "pg-xact", kind: library, on: postgresService, modules: []string{pgxModule}, newLocker: newPgXact},
+var postgresBackends = []services.Backend{
+	{Name: "postgres", Kind: services.Adapter, On: postgresService, Modules: []string{pgxModule}, NewLocker: newPostgres},
+	{Name: "pg-xact", Kind: services.Library, On: postgresService, Modules: []string{pgxModule}, NewLocker: newPgXact},
 }
 
 // newPostgres is the session advisory lock (backends/postgres) at c.
@@ -55,17 +56,17 @@ var newPgXact = pgXactLock(false)
 
 // postgresLock makes the session advisory lock at c; pooler: c is a
 // connection pooler (postgres.Config.Pooler).
-func postgresLock(pooler bool) func(c *conn, cl suite.Client) (backends.Locker, error) {
-	return func(c *conn, cl suite.Client) (backends.Locker, error) {
-		return postgres.New(postgres.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Pooler: pooler})
+func postgresLock(pooler bool) func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+	return func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+		return postgres.New(postgres.Config{ConnString: strings.TrimSpace(c.Endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Pooler: pooler})
 	}
 }
 
 // pgXactLock makes the transaction advisory lock at c; pooler: c is a
 // connection pooler (pgxact.Config.Pooler).
-func pgXactLock(pooler bool) func(c *conn, cl suite.Client) (backends.Locker, error) {
-	return func(c *conn, cl suite.Client) (backends.Locker, error) {
-		return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Pooler: pooler})
+func pgXactLock(pooler bool) func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+	return func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+		return pgxact.New(pgxact.Config{ConnString: strings.TrimSpace(c.Endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease, Pooler: pooler})
 	}
 }
 
@@ -75,41 +76,41 @@ const noClockPostgres = "postgres ends an idle session (idle_session_timeout) wi
 
 // openPgStore is the counter store in the table locksuite_counter
 // (fencing/pgstore), over a pool of connections to c.
-func openPgStore(ctx context.Context, c *conn) (*counterStore, error) {
-	pool, err := pgxpool.New(ctx, strings.TrimSpace(c.endpoint))
+func openPgStore(ctx context.Context, c *services.Conn) (*services.CounterStore, error) {
+	pool, err := pgxpool.New(ctx, strings.TrimSpace(c.Endpoint))
 	if err != nil {
 		return nil, err
 	}
-	return &counterStore{
-		new: func(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
+	return &services.CounterStore{
+		New: func(ctx context.Context, name string, fenced bool) (fencing.Store, error) {
 			return pgstore.New(ctx, pool, "", name, fenced)
 		},
-		close: pool.Close,
+		Close: pool.Close,
 	}, nil
 }
 
 // postgresFromEnv reads DATABASE_URL, or libpq's PG* variables.
-func postgresFromEnv() (*conn, error) {
-	c := &conn{}
+func postgresFromEnv() (*services.Conn, error) {
+	c := &services.Conn{}
 	if u := os.Getenv("DATABASE_URL"); u != "" {
-		c.endpoint = u
+		c.Endpoint = u
 	} else if os.Getenv("PGHOST") != "" {
-		c.endpoint = " " // libpq's variables: pgx reads them from an empty DSN
+		c.Endpoint = " " // libpq's variables: pgx reads them from an empty DSN
 	} else {
 		return nil, nil
 	}
-	c.secrets = append(c.secrets, os.Getenv("PGPASSWORD"))
-	pc, err := pgconn.ParseConfig(strings.TrimSpace(c.endpoint))
+	c.Secrets = append(c.Secrets, os.Getenv("PGPASSWORD"))
+	pc, err := pgconn.ParseConfig(strings.TrimSpace(c.Endpoint))
 	if err != nil {
 		return nil, &servers.Unavailable{Backend: "postgres", Err: err, Fix: "check DATABASE_URL (postgres://user:password@host:port/db?sslmode=...) and the PG* variables"}
 	}
-	c.secrets = append(c.secrets, pc.Password)
+	c.Secrets = append(c.Secrets, pc.Password)
 	return c, nil
 }
 
 // probePostgres: a connection, and a ping on it.
-func probePostgres(ctx context.Context, c *conn) error {
-	p, err := pgxpool.New(ctx, strings.TrimSpace(c.endpoint))
+func probePostgres(ctx context.Context, c *services.Conn) error {
+	p, err := pgxpool.New(ctx, strings.TrimSpace(c.Endpoint))
 	if err != nil {
 		return err
 	}
@@ -117,9 +118,9 @@ func probePostgres(ctx context.Context, c *conn) error {
 	return p.Ping(ctx)
 }
 
-func diagnosePostgres(s symptoms) (problem, fix string) {
+func diagnosePostgres(s services.Symptoms) (problem, fix string) {
 	var pe *pgconn.PgError
-	isPg := errors.As(s.err, &pe)
+	isPg := errors.As(s.Err, &pe)
 	switch {
 	case isPg && pe.Code == "28P01":
 		return "authentication failed: wrong password", "set the password in PGPASSWORD or in DATABASE_URL (postgres://user:password@host:port/db)"
@@ -127,9 +128,9 @@ func diagnosePostgres(s symptoms) (problem, fix string) {
 		return "server requires TLS (pg_hba.conf refuses plain connections)", "set PGSSLMODE=require (or verify-full with PGSSLROOTCERT), or sslmode= in DATABASE_URL"
 	case isPg && pe.Code == "28000":
 		return "authentication failed: pg_hba.conf has no entry for this user and host", "check PGUSER and the server's pg_hba.conf"
-	case s.untrusted():
+	case s.Untrusted():
 		return "the server's TLS certificate is not trusted", "set PGSSLROOTCERT (or sslrootcert= in DATABASE_URL) to a PEM file of its CA"
-	case s.has("server refused TLS connection"):
+	case s.Has("server refused TLS connection"):
 		return "the server does not offer TLS", "set PGSSLMODE=prefer or disable, or sslmode= in DATABASE_URL"
 	}
 	return "", "check DATABASE_URL or the PG* variables, or unset them to let the harness make a throwaway cluster"

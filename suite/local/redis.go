@@ -16,6 +16,7 @@ import (
 	"github.com/locksuite/locksuite/backends/redis"
 	"github.com/locksuite/locksuite/backends/redsync"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/internal/redact"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -26,36 +27,36 @@ import (
 const RedisCACertEnv = "LOCKSUITE_REDIS_CACERT"
 
 // redisService is one redis-server.
-var redisService = &service{
-	name: "redis", title: "Redis", server: "redis-server",
-	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-	vars:       []string{"REDIS_URL", RedisCACertEnv},
-	fromEnv:    redisFromEnv("redis", "REDIS_URL"),
-	start:      startOf(servers.StartRedis),
-	probe:      probeRedis,
-	diagnose:   diagnoseRedis,
-	hostPortOf: urlHost,
-	environ: func(ep string) string {
+var redisService = &services.Service{
+	Name: "redis", Title: "Redis", Server: "redis-server",
+	Lease: 200 * time.Millisecond, Pause: 500 * time.Millisecond, Duration: 5 * time.Second,
+	Vars:       []string{"REDIS_URL", RedisCACertEnv},
+	FromEnv:    redisFromEnv("redis", "REDIS_URL"),
+	Start:      services.StartOf(servers.StartRedis),
+	Probe:      probeRedis,
+	Diagnose:   diagnoseRedis,
+	HostPortOf: urlHost,
+	Environ: func(ep string) string {
 		if !strings.Contains(ep, "://") {
 			ep = "redis://" + ep + "/0"
 		}
 		return "REDIS_URL=" + ep
 	},
-	servers: redisServers,
-	version: func() string { return binVersion(nil, "redis-server") },
+	Servers: redisServers,
+	Version: func() string { return services.BinVersion(nil, "redis-server") },
 }
 
 // redis3Service is three independent redis-servers, for Redlock.
-var redis3Service = &service{
-	name: "redis-3", title: "three Redis servers", server: "three redis-servers",
-	lease: redisService.lease, pause: redisService.pause, duration: redisService.duration,
-	vars:    []string{"LOCKSUITE_REDIS_NODES"},
-	shared:  []string{RedisCACertEnv},
-	fromEnv: redisNodesFromEnv,
-	start:   func(ctx context.Context, _ ...servers.Option) (servers.Server, error) { return startRedisNodes(ctx, 3) },
-	probe:   probeNodes,
-	version: redisService.version,
-	noCompose: "three independent servers: run three redis services of the compose file's kind and name them in " +
+var redis3Service = &services.Service{
+	Name: "redis-3", Title: "three Redis servers", Server: "three redis-servers",
+	Lease: redisService.Lease, Pause: redisService.Pause, Duration: redisService.Duration,
+	Vars:    []string{"LOCKSUITE_REDIS_NODES"},
+	Shared:  []string{RedisCACertEnv},
+	FromEnv: redisNodesFromEnv,
+	Start:   func(ctx context.Context, _ ...servers.Option) (servers.Server, error) { return startRedisNodes(ctx, 3) },
+	Probe:   probeNodes,
+	Version: redisService.Version,
+	NoCompose: "three independent servers: run three redis services of the compose file's kind and name them in " +
 		"LOCKSUITE_REDIS_NODES",
 }
 
@@ -63,10 +64,10 @@ var redis3Service = &service{
 // Sentinels; named by its variable, it takes no credentials or TLS
 // settings. On nodes, it takes five: the primary, the replica, and a
 // Sentinel on each of the others.
-var redisSentinel = func() *service {
-	s := clusterOf("redis-sentinel", "Redis with Sentinel", "redis-server and redis-sentinel (a primary, a replica, three Sentinels)", "LOCKSUITE_REDIS_SENTINEL", redisService, servers.StartRedisSentinel)
-	s.nodes = &onNodes{n: 5, members: 2, direct: redisDirect,
-		start: func(ctx context.Context, h *servers.Hosts, o suite.NodeOptions) (servers.Cluster, error) {
+var redisSentinel = func() *services.Service {
+	s := services.ClusterOf("redis-sentinel", "Redis with Sentinel", "redis-server and redis-sentinel (a primary, a replica, three Sentinels)", "LOCKSUITE_REDIS_SENTINEL", redisService, servers.StartRedisSentinel)
+	s.Nodes = &services.OnNodes{N: 5, Members: 2, Direct: redisDirect,
+		Start: func(ctx context.Context, h *servers.Hosts, o suite.NodeOptions) (servers.Cluster, error) {
 			var so servers.SentinelOptions
 			if o.MinReplicas {
 				so.MinReplicasToWrite, so.MinReplicasMaxLag = 1, 1
@@ -82,35 +83,35 @@ const goRedisModule = "github.com/redis/go-redis/v9"
 // fsynced every second or at every write (Redis's answer to a restart
 // that forgets a lock), for the crash scenarios.
 var (
-	redisAOF = variantOf(redisService, "redis-aof", "Redis with appendfsync everysec", "redis-server with appendonly yes, appendfsync everysec",
+	redisAOF = services.VariantOf(redisService, "redis-aof", "Redis with appendfsync everysec", "redis-server with appendonly yes, appendfsync everysec",
 		"LOCKSUITE_REDIS_AOF", servers.DurabilityAppendFsyncEverysec, redisFromEnv("redis-aof", "LOCKSUITE_REDIS_AOF"))
-	redisAOFAlways = variantOf(redisService, "redis-aof-always", "Redis with appendfsync always", "redis-server with appendonly yes, appendfsync always",
+	redisAOFAlways = services.VariantOf(redisService, "redis-aof-always", "Redis with appendfsync always", "redis-server with appendonly yes, appendfsync always",
 		"LOCKSUITE_REDIS_AOF_ALWAYS", servers.DurabilityAppendFsyncAlways, redisFromEnv("redis-aof-always", "LOCKSUITE_REDIS_AOF_ALWAYS"))
 )
 
-var redisBackends = []backend{
-	{name: "redis", kind: adapter, on: redisService, modules: []string{goRedisModule}, newLocker: newRedis},
-	{name: "redsync", kind: library, on: redisService, newLocker: newRedsync, modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
-	{name: "redsync-3", kind: library, on: redis3Service, newLocker: newRedsync, modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
-	{name: "redis-sentinel", kind: cluster, on: redisSentinel, modules: []string{goRedisModule}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
+var redisBackends = []services.Backend{
+	{Name: "redis", Kind: services.Adapter, On: redisService, Modules: []string{goRedisModule}, NewLocker: newRedis},
+	{Name: "redsync", Kind: services.Library, On: redisService, NewLocker: newRedsync, Modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
+	{Name: "redsync-3", Kind: services.Library, On: redis3Service, NewLocker: newRedsync, Modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
+	{Name: "redis-sentinel", Kind: services.Cluster, On: redisSentinel, Modules: []string{goRedisModule}, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 		// go-redis dials the sentinels and whatever primary they name.
-		return redis.New(redis.Config{SentinelAddrs: c.addrs(), MasterName: servers.SentinelMaster, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+		return redis.New(redis.Config{SentinelAddrs: c.Addrs(), MasterName: servers.SentinelMaster, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 	}},
-	{name: "redis-aof", kind: variant, on: redisAOF, modules: []string{goRedisModule}, newLocker: newRedis},
-	{name: "redis-aof-always", kind: variant, on: redisAOFAlways, modules: []string{goRedisModule}, newLocker: newRedis},
+	{Name: "redis-aof", Kind: services.Variant, On: redisAOF, Modules: []string{goRedisModule}, NewLocker: newRedis},
+	{Name: "redis-aof-always", Kind: services.Variant, On: redisAOFAlways, Modules: []string{goRedisModule}, NewLocker: newRedis},
 }
 
 // newRedis is the redis adapter's Locker on the server at c (an address,
 // or a redis:// or rediss:// URL).
-func newRedis(c *conn, cl suite.Client) (backends.Locker, error) {
-	if strings.Contains(c.endpoint, "://") {
-		return redis.New(redis.Config{URL: c.endpoint, TLS: c.tls, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+func newRedis(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+	if strings.Contains(c.Endpoint, "://") {
+		return redis.New(redis.Config{URL: c.Endpoint, TLS: c.TLS, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 	}
-	return redis.New(redis.Config{Addr: c.endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	return redis.New(redis.Config{Addr: c.Endpoint, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
-func newRedsync(c *conn, cl suite.Client) (backends.Locker, error) {
-	return redsync.New(redsync.Config{Addrs: c.addrs(), TLS: c.tls, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+func newRedsync(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+	return redsync.New(redsync.Config{Addrs: c.Addrs(), TLS: c.TLS, Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
 // redisDirect is a Redis client of one server, for a client that keeps
@@ -122,29 +123,29 @@ func redisDirect(addr string, cl suite.Client) (backends.Locker, error) {
 // redisFromEnv returns the fromEnv of the Redis service n named by
 // variable v (REDIS_URL, a variant's): it reads v and
 // LOCKSUITE_REDIS_CACERT.
-func redisFromEnv(n, v string) func() (*conn, error) {
-	return func() (*conn, error) {
-		c := &conn{endpoint: os.Getenv(v)}
-		if c.endpoint == "" {
+func redisFromEnv(n, v string) func() (*services.Conn, error) {
+	return func() (*services.Conn, error) {
+		c := &services.Conn{Endpoint: os.Getenv(v)}
+		if c.Endpoint == "" {
 			return nil, nil
 		}
-		o, err := goredis.ParseURL(c.endpoint)
+		o, err := goredis.ParseURL(c.Endpoint)
 		if err != nil {
-			return nil, &servers.Unavailable{Backend: n, Err: redact.Error(fmt.Errorf("%s %s: %w", v, redact.URL(c.endpoint), err)),
+			return nil, &servers.Unavailable{Backend: n, Err: redact.Error(fmt.Errorf("%s %s: %w", v, redact.URL(c.Endpoint), err)),
 				Fix: "set " + v + " to redis://[user:password@]host:port/db, or rediss:// for TLS"}
 		}
-		c.secrets = append(c.secrets, o.Password)
-		c.tls = o.TLSConfig
+		c.Secrets = append(c.Secrets, o.Password)
+		c.TLS = o.TLSConfig
 		if f := os.Getenv(RedisCACertEnv); f != "" {
-			pool, err := loadCA(f)
+			pool, err := services.LoadCA(f)
 			if err != nil {
 				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the server's CA"}
 			}
-			if c.tls == nil {
+			if c.TLS == nil {
 				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s is set but %s is not rediss://", RedisCACertEnv, v),
 					Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
 			}
-			c.tls.RootCAs = pool
+			c.TLS.RootCAs = pool
 		}
 		return c, nil
 	}
@@ -152,37 +153,37 @@ func redisFromEnv(n, v string) func() (*conn, error) {
 
 // redisNodesFromEnv reads LOCKSUITE_REDIS_NODES, and LOCKSUITE_REDIS_CACERT
 // for its rediss:// URLs.
-func redisNodesFromEnv() (*conn, error) {
-	c := &conn{endpoint: os.Getenv("LOCKSUITE_REDIS_NODES")}
-	if c.endpoint == "" {
+func redisNodesFromEnv() (*services.Conn, error) {
+	c := &services.Conn{Endpoint: os.Getenv("LOCKSUITE_REDIS_NODES")}
+	if c.Endpoint == "" {
 		return nil, nil
 	}
-	for _, a := range c.addrs() {
+	for _, a := range c.Addrs() {
 		if o, err := goredis.ParseURL(a); err == nil {
-			c.secrets = append(c.secrets, o.Password)
+			c.Secrets = append(c.Secrets, o.Password)
 		}
 	}
-	if f := os.Getenv(RedisCACertEnv); f != "" && strings.Contains(c.endpoint, "rediss://") {
-		pool, err := loadCA(f)
+	if f := os.Getenv(RedisCACertEnv); f != "" && strings.Contains(c.Endpoint, "rediss://") {
+		pool, err := services.LoadCA(f)
 		if err != nil {
 			return nil, &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the servers' CA"}
 		}
-		c.tls = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		c.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	return c, nil
 }
 
 // probeRedis: PING, over TLS and with the URL's credentials if any.
-func probeRedis(ctx context.Context, c *conn) error {
-	o := &goredis.Options{Addr: c.endpoint}
-	if strings.Contains(c.endpoint, "://") {
+func probeRedis(ctx context.Context, c *services.Conn) error {
+	o := &goredis.Options{Addr: c.Endpoint}
+	if strings.Contains(c.Endpoint, "://") {
 		var err error
-		if o, err = goredis.ParseURL(c.endpoint); err != nil {
+		if o, err = goredis.ParseURL(c.Endpoint); err != nil {
 			return err
 		}
 	}
-	if c.tls != nil {
-		o.TLSConfig = c.tls
+	if c.TLS != nil {
+		o.TLSConfig = c.TLS
 	}
 	o.DialTimeout, o.MaxRetries = 3*time.Second, -1
 	rc := goredis.NewClient(o)
@@ -190,17 +191,17 @@ func probeRedis(ctx context.Context, c *conn) error {
 	return rc.Ping(ctx).Err()
 }
 
-func diagnoseRedis(s symptoms) (problem, fix string) {
+func diagnoseRedis(s services.Symptoms) (problem, fix string) {
 	switch {
-	case s.has("WRONGPASS"):
+	case s.Has("WRONGPASS"):
 		return "authentication failed: wrong user name or password", "put the right ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
-	case s.has("NOAUTH", "NOPERM"):
+	case s.Has("NOAUTH", "NOPERM"):
 		return "authentication failed: the server requires a password", "put the ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
-	case s.untrusted():
+	case s.Untrusted():
 		return "the server's TLS certificate is not trusted", "set " + RedisCACertEnv + " to a PEM file of the CA that signed it"
-	case s.plainToTLS():
+	case s.PlainToTLS():
 		return "server requires TLS", "use a rediss:// URL in REDIS_URL (and " + RedisCACertEnv + " for a private CA)"
-	case s.c.tls != nil && s.has("first record does not look like a TLS handshake"):
+	case s.C.TLS != nil && s.Has("first record does not look like a TLS handshake"):
 		return "the server does not speak TLS", "use a redis:// URL in REDIS_URL"
 	}
 	return "", "check REDIS_URL (redis://[user:password@]host:port/db, rediss:// for TLS), or unset it to let the harness start redis-server"
@@ -222,13 +223,13 @@ const noFaketime = "libfaketime is not installed (apt-get install faketime, or r
 
 // redisServers: the redis-server process, whose clock moves when
 // libfaketime is installed.
-func redisServers(sv *service, s servers.Server) suite.Servers {
+func redisServers(sv *services.Service, s servers.Server) suite.Servers {
 	v := s.(*servers.Redis)
-	jump := unsupported(noFaketime)
+	jump := services.Unsupported(noFaketime)
 	if c := v.Clock(); c != nil {
 		jump = func(ctx context.Context, d time.Duration) error { return jumpRedis(ctx, v.Endpoint(), c, d) }
 	}
-	return &serverMembers{svc: sv, s: s, members: membersOf(s, "redis-server", jump)}
+	return &services.ServerMembers{Service: sv, Server: s, MemberList: services.MembersOf(s, "redis-server", jump)}
 }
 
 // jumpRedis moves the clock of the redis-server at addr and waits until its
@@ -291,23 +292,23 @@ func startRedisNodes(ctx context.Context, n int) (servers.Server, error) {
 // probeNodes checks that every Redis server LOCKSUITE_REDIS_NODES names
 // answers, with its URL's credentials, and over TLS (with
 // LOCKSUITE_REDIS_CACERT's CA, if set) for a rediss:// URL.
-func probeNodes(ctx context.Context, c *conn) error {
+func probeNodes(ctx context.Context, c *services.Conn) error {
 	const fix = "check LOCKSUITE_REDIS_NODES (comma-separated host:port or redis:// URLs of independent servers), or unset it to let the harness start three redis-servers"
-	if len(c.addrs()) == 0 {
+	if len(c.Addrs()) == 0 {
 		return &servers.Unavailable{Backend: "redis-3", Err: errors.New("no server in LOCKSUITE_REDIS_NODES"), Fix: fix}
 	}
-	for _, a := range c.addrs() {
-		nc := &conn{endpoint: a}
+	for _, a := range c.Addrs() {
+		nc := &services.Conn{Endpoint: a}
 		if strings.HasPrefix(a, "rediss://") {
-			nc.tls = withServerName(c.tls, hostOnly(urlHost(a)))
+			nc.TLS = services.WithServerName(c.TLS, services.HostOnly(urlHost(a)))
 		}
 		if err := probeRedis(ctx, nc); err != nil {
 			// The problem as REDIS_URL's would be named; the fix is this
 			// variable's.
-			if problem, _ := diagnoseRedis(symptoms{err: err, msg: err.Error(), c: nc, addr: urlHost(a)}); problem != "" {
+			if problem, _ := diagnoseRedis(services.Symptoms{Err: err, Msg: err.Error(), C: nc, Addr: urlHost(a)}); problem != "" {
 				err = fmt.Errorf("%s (%w)", problem, err)
 			}
-			return &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", redact.URL(a), redact.Error(err, c.secrets...)),
+			return &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", redact.URL(a), redact.Error(err, c.Secrets...)),
 				Fix: fix + "; credentials and TLS as in REDIS_URL (rediss://user:password@host:port/0, and " + RedisCACertEnv + " for a private CA)"}
 		}
 	}

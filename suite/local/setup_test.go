@@ -44,8 +44,8 @@ func TestSetupServices(t *testing.T) {
 		t.Fatalf("ci/setup.sh --help names no services:\n%s", help)
 	}
 	var want []string
-	for _, s := range services() {
-		want = append(want, s.name)
+	for _, s := range allServices() {
+		want = append(want, s.Name)
 	}
 	want = append(want, "kube-cluster")
 	want = append(append(want, Languages...), "languages", "tests")
@@ -57,9 +57,9 @@ func TestSetupServices(t *testing.T) {
 			t.Errorf("ci/setup.sh --list %s: %v", n, err)
 		}
 	}
-	for _, s := range services() {
-		if _, err := setupScript(t, "--list", s.name); err != nil {
-			t.Errorf("ci/setup.sh --list %s: %v", s.name, err)
+	for _, s := range allServices() {
+		if _, err := setupScript(t, "--list", s.Name); err != nil {
+			t.Errorf("ci/setup.sh --list %s: %v", s.Name, err)
 		}
 	}
 

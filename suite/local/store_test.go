@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 )
 
 // TestChooseStore: the counter store is the first of stores whose service
@@ -35,7 +36,7 @@ func TestChooseStore(t *testing.T) {
 		got, err := chooseStore(tc.asked, want)
 		var names []string
 		for _, s := range got {
-			names = append(names, s.name)
+			names = append(names, s.Name)
 		}
 		if err != nil || strings.Join(names, ",") != tc.try {
 			t.Errorf("store %q with %v: tries %v, %v; want %s", tc.asked, tc.want, names, err, tc.try)
@@ -105,7 +106,7 @@ func TestOwnStore(t *testing.T) {
 
 	at := e.storeAt
 	e.Close()
-	if c, err := net.DialTimeout("tcp", stripScheme(at), time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", services.StripScheme(at), time.Second); err == nil {
 		c.Close()
 		t.Errorf("the store's server at %s still listens after Close", at)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/suite"
 )
 
@@ -19,29 +20,29 @@ import (
 func TestTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, b := range table.backends {
-		if seen[b.name] {
-			t.Errorf("backend %q twice", b.name)
+		if seen[b.Name] {
+			t.Errorf("backend %q twice", b.Name)
 		}
-		seen[b.name] = true
-		if b.newLocker == nil || b.on == nil || b.on.start == nil || len(b.on.vars) == 0 || b.on.lease <= 0 || b.on.pause <= 0 || b.on.duration <= 0 {
-			t.Errorf("backend %q lacks a Locker, a service, a start, a variable or its defaults: %+v", b.name, b.on)
+		seen[b.Name] = true
+		if b.NewLocker == nil || b.On == nil || b.On.Start == nil || len(b.On.Vars) == 0 || b.On.Lease <= 0 || b.On.Pause <= 0 || b.On.Duration <= 0 {
+			t.Errorf("backend %q lacks a Locker, a service, a start, a variable or its defaults: %+v", b.Name, b.On)
 		}
-		if len(b.modules) == 0 && b.worker == "" && b.ownClient == "" { // a worker's library is its runtime's
-			t.Errorf("backend %q names no Go module of its client (modules)", b.name)
+		if len(b.Modules) == 0 && b.Worker == "" && b.OwnClient == "" { // a worker's library is its runtime's
+			t.Errorf("backend %q names no Go module of its client (modules)", b.Name)
 		}
 	}
-	for _, s := range services() {
-		if s.title == "" || s.server == "" || s.version == nil {
-			t.Errorf("service %q lacks its title, its server or its version", s.name)
+	for _, s := range allServices() {
+		if s.Title == "" || s.Server == "" || s.Version == nil {
+			t.Errorf("service %q lacks its title, its server or its version", s.Name)
 		}
-		if _, ok := serviceOf(s.name); !ok {
-			t.Errorf("service %q is not found by its name", s.name)
+		if _, ok := serviceOf(s.Name); !ok {
+			t.Errorf("service %q is not found by its name", s.Name)
 		}
 	}
 	for _, n := range Names {
 		s, _ := serviceOf(n)
-		if _, err := os.Stat(s.name + ".go"); err != nil {
-			t.Errorf("service %q (of %s) has no file of its own: %v", s.name, n, err)
+		if _, err := os.Stat(s.Name + ".go"); err != nil {
+			t.Errorf("service %q (of %s) has no file of its own: %v", s.Name, n, err)
 		}
 	}
 	all := slices.Concat(Names, Libraries, Clusters, WhenNamed, Variants, Poolers, Languages)
@@ -50,18 +51,18 @@ func TestTable(t *testing.T) {
 		t.Errorf("Names, Libraries, Clusters, WhenNamed, Variants, Poolers and Languages (%v) do not list the %d backends once each", all, len(seen))
 	}
 	vars := map[string]string{}
-	for _, s := range services() {
-		for _, v := range s.vars {
+	for _, s := range allServices() {
+		for _, v := range s.Vars {
 			if o, ok := vars[v]; ok {
-				t.Errorf("%s is a variable of both %s and %s", v, o, s.name)
+				t.Errorf("%s is a variable of both %s and %s", v, o, s.Name)
 			}
-			vars[v] = s.name
+			vars[v] = s.Name
 		}
 	}
-	for _, s := range services() {
-		for _, v := range s.shared {
-			if o, ok := vars[v]; !ok || o == s.name {
-				t.Errorf("%s, shared by %s, is not another service's variable", v, s.name)
+	for _, s := range allServices() {
+		for _, v := range s.Shared {
+			if o, ok := vars[v]; !ok || o == s.Name {
+				t.Errorf("%s, shared by %s, is not another service's variable", v, s.Name)
 			}
 		}
 	}
@@ -71,7 +72,7 @@ func TestTable(t *testing.T) {
 // it; an available one gives the service's defaults and the caller's
 // Locker.
 func TestConfigFor(t *testing.T) {
-	e := &Env{endpoint: map[string]string{"redis": "127.0.0.1:1"}, conns: map[string]*conn{}, Unavailable: map[string]error{}, started: map[string]suite.Servers{}}
+	e := &Env{endpoint: map[string]string{"redis": "127.0.0.1:1"}, conns: map[string]*services.Conn{}, Unavailable: map[string]error{}, started: map[string]suite.Servers{}}
 	ours := func(context.Context, suite.Client) (backends.Locker, error) { return nil, nil }
 	if _, err := e.ConfigFor("mine", "hazelcast", false, ours); err == nil || !strings.Contains(err.Error(), `"hazelcast"`) {
 		t.Errorf("unknown service: %v", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/locksuite/locksuite/backends/zklock"
 	"github.com/locksuite/locksuite/backends/zookeeper"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/internal/tlsdial"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -43,24 +44,24 @@ const (
 // with java), or the ensemble ZOOKEEPER_ADDRS names. tickTime 100 ms,
 // minSessionTimeout 200 ms on the harness's server; a stalled session is
 // freed within a tick of its timeout.
-var zookeeperService = &service{
-	name: "zookeeper", title: "ZooKeeper", server: "java with Debian's zookeeper.jar",
-	lease: 200 * time.Millisecond, pause: 500 * time.Millisecond, duration: 5 * time.Second,
-	vars:       []string{"ZOOKEEPER_ADDRS", ZooKeeperAuthEnv, ZooKeeperCACertEnv, ZooKeeperCertEnv, ZooKeeperKeyEnv},
-	fromEnv:    zookeeperFromEnv("zookeeper", "ZOOKEEPER_ADDRS"),
-	start:      startOf(servers.StartZooKeeper),
-	probe:      probeZooKeeper,
-	diagnose:   diagnoseZooKeeper,
-	hostPortOf: func(ep string) string { return strings.TrimSpace(strings.Split(ep, ",")[0]) },
-	servers:    oneProcess("zookeeper", noClockZooKeeper),
-	durability: servers.DurabilityPackaged,
-	version:    func() string { return jarVersion(zookeeperJar) },
+var zookeeperService = &services.Service{
+	Name: "zookeeper", Title: "ZooKeeper", Server: "java with Debian's zookeeper.jar",
+	Lease: 200 * time.Millisecond, Pause: 500 * time.Millisecond, Duration: 5 * time.Second,
+	Vars:       []string{"ZOOKEEPER_ADDRS", ZooKeeperAuthEnv, ZooKeeperCACertEnv, ZooKeeperCertEnv, ZooKeeperKeyEnv},
+	FromEnv:    zookeeperFromEnv("zookeeper", "ZOOKEEPER_ADDRS"),
+	Start:      services.StartOf(servers.StartZooKeeper),
+	Probe:      probeZooKeeper,
+	Diagnose:   diagnoseZooKeeper,
+	HostPortOf: func(ep string) string { return strings.TrimSpace(strings.Split(ep, ",")[0]) },
+	Servers:    services.OneProcess("zookeeper", noClockZooKeeper),
+	Durability: servers.DurabilityPackaged,
+	Version:    func() string { return services.JarVersion(zookeeperJar) },
 }
 
 // zookeeperEnsemble is three ZooKeeper servers; named by its variable, it
 // takes the LOCKSUITE_ZOOKEEPER_* security settings.
-var zookeeperEnsemble = clusterOf("zookeeper-ensemble", "a ZooKeeper ensemble", "three ZooKeeper servers", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperService, threeOf(servers.StartZooKeeperEnsemble)).
-	withSecurityOf(zookeeperService, zookeeperFromEnv("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE"))
+var zookeeperEnsemble = services.ClusterOf("zookeeper-ensemble", "a ZooKeeper ensemble", "three ZooKeeper servers", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperService, services.ThreeOf(servers.StartZooKeeperEnsemble)).
+	WithSecurityOf(zookeeperService, zookeeperFromEnv("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE"))
 
 const goZooKeeper = "github.com/go-zookeeper/zk"
 
@@ -68,16 +69,16 @@ const goZooKeeper = "github.com/go-zookeeper/zk"
 // package zookeeper puts it there).
 const zookeeperJar = "/usr/share/java/zookeeper.jar"
 
-var zookeeperBackends = []backend{
-	{name: "zookeeper", kind: adapter, on: zookeeperService, newLocker: newZooKeeper, modules: []string{goZooKeeper}},
-	{name: "zk-lock", kind: library, on: zookeeperService, modules: []string{goZooKeeper}, newLocker: func(c *conn, cl suite.Client) (backends.Locker, error) {
-		return zklock.New(zklock.Config{Servers: c.addrs(), TLS: c.tls, Auth: c.zkAuth(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+var zookeeperBackends = []services.Backend{
+	{Name: "zookeeper", Kind: services.Adapter, On: zookeeperService, NewLocker: newZooKeeper, Modules: []string{goZooKeeper}},
+	{Name: "zk-lock", Kind: services.Library, On: zookeeperService, Modules: []string{goZooKeeper}, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+		return zklock.New(zklock.Config{Servers: c.Addrs(), TLS: c.TLS, Auth: zkAuth(c), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 	}},
-	{name: "zookeeper-ensemble", kind: cluster, on: zookeeperEnsemble, newLocker: newZooKeeper, modules: []string{goZooKeeper}},
+	{Name: "zookeeper-ensemble", Kind: services.Cluster, On: zookeeperEnsemble, NewLocker: newZooKeeper, Modules: []string{goZooKeeper}},
 }
 
-func newZooKeeper(c *conn, cl suite.Client) (backends.Locker, error) {
-	return zookeeper.New(zookeeper.Config{Servers: c.addrs(), TLS: c.tls, Auth: c.zkAuth(), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+func newZooKeeper(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+	return zookeeper.New(zookeeper.Config{Servers: c.Addrs(), TLS: c.TLS, Auth: zkAuth(c), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
 // noClockZooKeeper is why zookeeper's clock is not jumped (wrapped in
@@ -87,17 +88,17 @@ const noClockZooKeeper = "zookeeper times sessions with System.nanoTime, a monot
 // zookeeperFromEnv returns the fromEnv of a ZooKeeper service named by
 // variable v (ZOOKEEPER_ADDRS, LOCKSUITE_ZOOKEEPER_ENSEMBLE): the servers,
 // and the LOCKSUITE_ZOOKEEPER_* security settings.
-func zookeeperFromEnv(name, v string) func() (*conn, error) {
-	return func() (*conn, error) {
-		c := &conn{endpoint: os.Getenv(v)}
-		if c.endpoint == "" {
+func zookeeperFromEnv(name, v string) func() (*services.Conn, error) {
+	return func() (*services.Conn, error) {
+		c := &services.Conn{Endpoint: os.Getenv(v)}
+		if c.Endpoint == "" {
 			return nil, nil
 		}
 		if a := os.Getenv(ZooKeeperAuthEnv); a != "" {
 			var ok bool
-			c.user, c.password, ok = strings.Cut(a, ":")
-			c.secrets = append(c.secrets, c.password, a)
-			if !ok || c.user == "" {
+			c.User, c.Password, ok = strings.Cut(a, ":")
+			c.Secrets = append(c.Secrets, c.Password, a)
+			if !ok || c.User == "" {
 				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s is not user:password", ZooKeeperAuthEnv),
 					Fix: "set " + ZooKeeperAuthEnv + "=user:password (the digest scheme's user)"}
 			}
@@ -106,13 +107,13 @@ func zookeeperFromEnv(name, v string) func() (*conn, error) {
 		if ca == "" && cert == "" && key == "" {
 			return c, nil
 		}
-		c.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+		c.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if ca != "" {
-			pool, err := loadCA(ca)
+			pool, err := services.LoadCA(ca)
 			if err != nil {
 				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s: %w", ZooKeeperCACertEnv, err), Fix: "set " + ZooKeeperCACertEnv + " to a PEM file of the servers' CA"}
 			}
-			c.tls.RootCAs = pool
+			c.TLS.RootCAs = pool
 		}
 		if cert != "" || key != "" {
 			kp, err := tls.LoadX509KeyPair(cert, key)
@@ -120,27 +121,27 @@ func zookeeperFromEnv(name, v string) func() (*conn, error) {
 				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s, %s: %w", ZooKeeperCertEnv, ZooKeeperKeyEnv, err),
 					Fix: "set " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + " to a client certificate and its key (PEM)"}
 			}
-			c.tls.Certificates = []tls.Certificate{kp}
+			c.TLS.Certificates = []tls.Certificate{kp}
 		}
 		return c, nil
 	}
 }
 
 // zkAuth is the digest scheme's "user:password", or "" without a user.
-func (c *conn) zkAuth() string {
-	if c.user == "" {
+func zkAuth(c *services.Conn) string {
+	if c.User == "" {
 		return ""
 	}
-	return c.user + ":" + c.password
+	return c.User + ":" + c.Password
 }
 
 // probeZooKeeper asks every server whether it runs (ruok; over TLS with
 // c's settings, within 2 s: a plain ruok at a TLS port gets no answer),
 // then opens a session with c's digest user (zkProbe).
-func probeZooKeeper(ctx context.Context, c *conn) error {
-	for _, a := range c.addrs() {
+func probeZooKeeper(ctx context.Context, c *services.Conn) error {
+	for _, a := range c.Addrs() {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		out, err := servers.FourLetterWordTLS(rctx, a, "ruok", withServerName(c.tls, hostOnly(a)))
+		out, err := servers.FourLetterWordTLS(rctx, a, "ruok", services.WithServerName(c.TLS, services.HostOnly(a)))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%s: %w", a, err)
@@ -157,14 +158,14 @@ func probeZooKeeper(ctx context.Context, c *conn) error {
 // a session without it. If /locksuite exists, it lists it: the digest
 // scheme takes any password, and a wrong one shows only against the ACL of
 // znodes the right one made (the suite's parents, made with the lock's ACL).
-func zkProbe(ctx context.Context, c *conn) error {
-	dialTLS := tlsdial.Wrap((&net.Dialer{}).DialContext, c.tls)
+func zkProbe(ctx context.Context, c *services.Conn) error {
+	dialTLS := tlsdial.Wrap((&net.Dialer{}).DialContext, c.TLS)
 	dial := func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		dctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		return dialTLS(dctx, network, addr)
 	}
-	zc, events, err := zk.Connect(c.addrs(), 4*time.Second, zk.WithDialer(dial), zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}))
+	zc, events, err := zk.Connect(c.Addrs(), 4*time.Second, zk.WithDialer(dial), zk.WithLogInfo(false), zk.WithLogger(zkQuiet{}))
 	if err != nil {
 		return err
 	}
@@ -177,7 +178,7 @@ func zkProbe(ctx context.Context, c *conn) error {
 			return fmt.Errorf("no session: %w", ctx.Err())
 		}
 	}
-	if a := c.zkAuth(); a != "" {
+	if a := zkAuth(c); a != "" {
 		if err := zc.AddAuth("digest", []byte(a)); err != nil {
 			return fmt.Errorf("digest auth: %w", err)
 		}
@@ -200,20 +201,20 @@ type zkQuiet struct{}
 
 func (zkQuiet) Printf(string, ...any) {}
 
-func diagnoseZooKeeper(s symptoms) (problem, fix string) {
+func diagnoseZooKeeper(s services.Symptoms) (problem, fix string) {
 	switch {
-	case s.has("-124"): // SESSIONCLOSEDREQUIRESASLAUTH: enforce.auth.enabled
+	case s.Has("-124"): // SESSIONCLOSEDREQUIRESASLAUTH: enforce.auth.enabled
 		return "authentication failed: the server requires digest authentication", "set " + ZooKeeperAuthEnv + "=user:password"
-	case s.has("not authenticated"): // NOAUTH on /locksuite
+	case s.Has("not authenticated"): // NOAUTH on /locksuite
 		return "authentication failed: the suite's znodes (/locksuite) belong to another digest user or password",
 			"set " + ZooKeeperAuthEnv + " to the user:password that made them (the digest scheme takes any password: only the znodes' ACLs tell a wrong one)"
-	case s.has("certificate required", "bad certificate"):
+	case s.Has("certificate required", "bad certificate"):
 		return "the server requires a client certificate", "set " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + " to a client certificate and key (PEM) its CA signed"
-	case s.untrusted():
+	case s.Untrusted():
 		return "the server's TLS certificate is not trusted", "set " + ZooKeeperCACertEnv + " to a PEM file of the CA that signed it"
-	case s.plainToTLS():
+	case s.PlainToTLS():
 		return "server requires TLS", "set " + ZooKeeperCACertEnv + " to a PEM file of the servers' CA (TLS to their secureClientPort)"
-	case s.c.tls != nil && s.has("EOF", "first record does not look like a TLS handshake", "connection reset") && !speaksTLS(s.addr):
+	case s.C.TLS != nil && s.Has("EOF", "first record does not look like a TLS handshake", "connection reset") && !services.SpeaksTLS(s.Addr):
 		return "the server does not speak TLS", "unset " + ZooKeeperCACertEnv + ", " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + ", or name the servers' secureClientPort in ZOOKEEPER_ADDRS"
 	}
 	return "", "check ZOOKEEPER_ADDRS (host:port of each server, comma-separated, no chroot), or unset it to let the harness start one"

@@ -1,4 +1,4 @@
-package local
+package services
 
 import (
 	"crypto/tls"
@@ -11,31 +11,31 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// conn is how to reach one backend: its endpoint, and the credentials and
+// Conn is how to reach one backend: its endpoint, and the credentials and
 // TLS settings the environment gave for it.
-type conn struct {
+type Conn struct {
 	// endpoint: host:port (redis without a URL, consul, etcd), a URL
 	// (redis, etcd), a DSN (postgres; " " for the PG* variables).
-	endpoint string
-	tls      *tls.Config // redis, etcd, consul, zookeeper; nil = plain
-	user     string      // etcd, zookeeper
-	password string      // etcd, zookeeper
-	token    string      // consul
+	Endpoint string
+	TLS      *tls.Config // redis, etcd, consul, zookeeper; nil = plain
+	User     string      // etcd, zookeeper
+	Password string      // etcd, zookeeper
+	Token    string      // consul
 	// rest and namespace: the Kubernetes API's client configuration and
 	// the namespace of the suite's Leases (kube).
-	rest      *rest.Config
-	namespace string
+	Rest      *rest.Config
+	Namespace string
 	// env is the variables (name=value) the user set for this backend, to
 	// pass to worker processes.
-	env []string
+	Env []string
 	// secrets are the values that must never be printed.
-	secrets []string
+	Secrets []string
 }
 
 // addrs splits a comma-separated endpoint.
-func (c *conn) addrs() []string {
+func (c *Conn) Addrs() []string {
 	var out []string
-	for _, a := range strings.Split(c.endpoint, ",") {
+	for _, a := range strings.Split(c.Endpoint, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			out = append(out, a)
 		}
@@ -44,36 +44,36 @@ func (c *conn) addrs() []string {
 }
 
 // hostPorts are addrs without their http:// or https:// schemes.
-func (c *conn) hostPorts() []string {
-	out := c.addrs()
+func (c *Conn) HostPorts() []string {
+	out := c.Addrs()
 	for i, a := range out {
-		out[i] = stripScheme(a)
+		out[i] = StripScheme(a)
 	}
 	return out
 }
 
 // hostPort is the host:port of the first server of s at ep.
-func (s *service) hostPort(ep string) string {
-	if s.hostPortOf != nil {
-		return s.hostPortOf(ep)
+func (s *Service) HostPort(ep string) string {
+	if s.HostPortOf != nil {
+		return s.HostPortOf(ep)
 	}
 	return strings.TrimSpace(ep)
 }
 
-// stripScheme is ep without http:// or https://.
-func stripScheme(ep string) string {
+// StripScheme is ep without http:// or https://.
+func StripScheme(ep string) string {
 	ep = strings.TrimSpace(ep)
 	return strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")
 }
 
-func hostOnly(hp string) string {
+func HostOnly(hp string) string {
 	if h, _, err := net.SplitHostPort(hp); err == nil {
 		return h
 	}
 	return hp
 }
 
-func loadCA(file string) (*x509.CertPool, error) {
+func LoadCA(file string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -85,10 +85,10 @@ func loadCA(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// withServerName returns a copy of t that verifies the certificate of
+// WithServerName returns a copy of t that verifies the certificate of
 // host (a client dialing a fault proxy would otherwise check the proxy's
 // address), or nil for nil.
-func withServerName(t *tls.Config, host string) *tls.Config {
+func WithServerName(t *tls.Config, host string) *tls.Config {
 	if t == nil {
 		return nil
 	}
