@@ -93,24 +93,15 @@ func TestWorkerAction(t *testing.T) {
 	if ran != 4 {
 		t.Errorf("%d bash steps, want 4 (install, build, check, run)", ran)
 	}
-	out := string(readAbs(t, output))
+	out := string(readFile(t, output))
 	dir, ok := strings.CutPrefix(strings.TrimSpace(out), "report-dir=")
 	if !ok {
 		t.Fatalf("GITHUB_OUTPUT %q: want report-dir=", out)
 	}
-	if b := readAbs(t, filepath.Join(dir, "locksuite.json")); !strings.Contains(string(b), `"library": "redis-py 4.`) && !strings.Contains(string(b), `"library":"redis-py 4.`) {
+	if b := readFile(t, filepath.Join(dir, "locksuite.json")); !strings.Contains(string(b), `"library": "redis-py 4.`) && !strings.Contains(string(b), `"library":"redis-py 4.`) {
 		t.Errorf("the rows do not name the worker's library:\n%.600s", b)
 	}
-	if s := string(readAbs(t, summary)); !strings.Contains(s, "deterministic-pause") || !strings.Contains(s, "worker") {
+	if s := string(readFile(t, summary)); !strings.Contains(s, "deterministic-pause") || !strings.Contains(s, "worker") {
 		t.Errorf("the job summary lacks the matrix:\n%s", s)
 	}
-}
-
-func readAbs(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -46,8 +45,7 @@ type Config = etcd.Config
 type locker struct {
 	*etcdconn.Conn
 	key string
-	mu  sync.Mutex
-	s   *concurrency.Session
+	s   adapt.Session[*concurrency.Session] // the live session, started on demand
 }
 
 // New returns a Locker for cfg. It connects lazily.
@@ -60,6 +58,7 @@ func New(cfg Config) (backends.Locker, error) {
 		return nil, err
 	}
 	l := &locker{Conn: c, key: cfg.Key}
+	l.s = adapt.Session[*concurrency.Session]{Open: l.newSession, Ended: ended, Forget: (*concurrency.Session).Orphan}
 	l.OnClose = l.closeSession
 	return l, nil
 }
@@ -68,22 +67,12 @@ func New(cfg Config) (backends.Locker, error) {
 // closeSession) are etcdconn.Conn's.
 var _ backends.TTLer = (*locker)(nil)
 
-// session returns the live session, starting a new one if there is none or
-// its lease is gone. The new session's lease is granted with ctx (and passed
-// with concurrency.WithLease), so that an unreachable server does not block
-// Acquire past ctx; NewSession would grant it with the client's context.
-func (l *locker) session(ctx context.Context) (*concurrency.Session, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.s != nil {
-		select {
-		case <-l.s.Done():
-			l.s.Orphan()
-			l.s = nil
-		default:
-			return l.s, nil
-		}
-	}
+// newSession starts a session (l.s keeps it, and asks for a new one when
+// there is none or its lease is gone). Its lease is granted with ctx
+// (and passed with concurrency.WithLease), so that an unreachable server
+// does not block Acquire past ctx; NewSession would grant it with the
+// client's context.
+func (l *locker) newSession(ctx context.Context) (*concurrency.Session, error) {
 	g, err := l.C.Grant(ctx, l.Seconds)
 	if err != nil {
 		return nil, err
@@ -95,17 +84,16 @@ func (l *locker) session(ctx context.Context) (*concurrency.Session, error) {
 		cancel()
 		return nil, err
 	}
-	l.s = s
 	return s, nil
 }
 
-// drop forgets s so that the next attempt starts a new session.
-func (l *locker) drop(s *concurrency.Session) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.s == s {
-		s.Orphan()
-		l.s = nil
+// ended tells whether s's lease is gone.
+func ended(s *concurrency.Session) bool {
+	select {
+	case <-s.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -119,7 +107,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			return nil, backends.ErrClosed
 		}
 		wrap := func(err error) error { return adapt.Wrap(ctx, "etcdmutex", "acquire", l.key, err) }
-		s, err := l.session(ctx)
+		s, err := l.s.Get(ctx)
 		if err != nil {
 			if ctx.Err() == nil && etcdconn.LeaseNotFound(err) {
 				continue
@@ -135,7 +123,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			return nil, wrap(err)
 		}
 		if errors.Is(err, concurrency.ErrSessionExpired) || etcdconn.LeaseNotFound(err) {
-			l.drop(s)
+			l.s.Drop(s)
 			if err := adapt.Sleep(ctx, 10*time.Millisecond); err != nil {
 				return nil, wrap(err)
 			}
@@ -148,11 +136,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 // closeSession, at the first Close, ends the live session (revoking its
 // lease: the server frees the mutex at once).
 func (l *locker) closeSession() {
-	l.mu.Lock()
-	s := l.s
-	l.s = nil
-	l.mu.Unlock()
-	if s != nil {
+	if s := l.s.Take(); s != nil {
 		_ = s.Close()
 	}
 }

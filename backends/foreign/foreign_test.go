@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/backends"
+	"github.com/locksuite/locksuite/internal/servercheck"
 )
 
 // These tests check the protocol's client: the suite's side of
@@ -158,15 +158,7 @@ func TestDriverKilled(t *testing.T) {
 // SIGINT ends a Go program that does not handle it, no deferred call
 // run); the worker's group is gone within 5 s.
 func driverKilled(t *testing.T, sig syscall.Signal) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), driverEnv+"=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := servercheck.StartSelf(t, driverEnv, "-test.run", "^$")
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		cmd.Process.Kill()

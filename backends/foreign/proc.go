@@ -141,14 +141,8 @@ func start(name string, argv []string, dir string, env []string, joined bool, no
 	}
 	// Pipes of our own for stdout and stderr: read to their end (every
 	// process holding them gone), whatever Wait does meanwhile.
-	outR, outW, err := os.Pipe()
+	outR, outW, errR, errW, err := spawn.Pipes()
 	if err != nil {
-		return nil, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW

@@ -88,9 +88,7 @@ type locker struct {
 	poll   time.Duration
 	begin  pgx.TxOptions // BEGIN, and the transaction's timeout
 	closed atomic.Bool
-
-	mu   sync.Mutex
-	conn *pgx.Conn // the client's session, dialed on demand
+	conn   adapt.Session[*pgx.Conn] // the client's session, dialed on demand
 }
 
 // New returns a Locker for cfg. It does not connect.
@@ -106,7 +104,15 @@ func New(cfg Config) (backends.Locker, error) {
 		return nil, err
 	}
 	begin := pgx.TxOptions{BeginQuery: "BEGIN; " + pgconf.Set("idle_in_transaction_session_timeout", cfg.Lease, true)}
-	return &locker{cfg: cc, key: int64(pgconf.Key(cfg.Key)), lease: cfg.Lease, poll: cfg.Poll, begin: begin}, nil
+	l := &locker{cfg: cc, key: int64(pgconf.Key(cfg.Key)), lease: cfg.Lease, poll: cfg.Poll, begin: begin}
+	// A new connection when there is none or the server ended it; one
+	// dropped is closed.
+	l.conn = adapt.Session[*pgx.Conn]{
+		Open:   func(ctx context.Context) (*pgx.Conn, error) { return pgconf.Connect(ctx, l.cfg) },
+		Ended:  (*pgx.Conn).IsClosed,
+		Forget: func(c *pgx.Conn) { c.Close(context.Background()) },
+	}
+	return l, nil
 }
 
 var _ backends.TTLer = (*locker)(nil)
@@ -115,31 +121,6 @@ func (l *locker) TTL() time.Duration { return l.lease }
 
 // Expiry is TTL: the service frees the lease on time.
 func (l *locker) Expiry() time.Duration { return l.TTL() }
-
-// session returns the client's connection, dialing a new one if there is
-// none or the server ended it.
-func (l *locker) session(ctx context.Context) (*pgx.Conn, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn != nil && !l.conn.IsClosed() {
-		return l.conn, nil
-	}
-	c, err := pgconf.Connect(ctx, l.cfg)
-	if err != nil {
-		return nil, err
-	}
-	l.conn = c
-	return c, nil
-}
-
-func (l *locker) dropSession(c *pgx.Conn) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn == c {
-		l.conn = nil
-	}
-	c.Close(context.Background())
-}
 
 // tryLock wins the lock and, only then, assigns the transaction its ID;
 // and says which backend runs it.
@@ -160,7 +141,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 		if ctx.Err() != nil {
 			return nil, wrap(ctx.Err())
 		}
-		c, err := l.session(ctx)
+		c, err := l.conn.Get(ctx)
 		if err != nil {
 			if retryable(err) && ctx.Err() == nil {
 				if err := adapt.Sleep(ctx, l.poll); err != nil {
@@ -190,7 +171,7 @@ func (l *locker) Acquire(ctx context.Context) (backends.Lease, error) {
 			}
 		}
 		if err != nil {
-			l.dropSession(c)
+			l.conn.Drop(c)
 			if ctx.Err() != nil || !retryable(err) {
 				return nil, wrap(err)
 			}
@@ -211,11 +192,7 @@ func (l *locker) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
-	l.mu.Lock()
-	c := l.conn
-	l.conn = nil
-	l.mu.Unlock()
-	if c != nil {
+	if c := l.conn.Take(); c != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		return c.Close(ctx)
@@ -256,7 +233,7 @@ func (g *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	if g.conn.IsClosed() || retryable(err) {
-		g.l.dropSession(g.conn)
+		g.l.conn.Drop(g.conn)
 		return nil
 	}
 	return fmt.Errorf("pgxact: release advisory xact lock %d: %w", g.l.key, err)

@@ -464,17 +464,7 @@ func TestEnsembleFailover(t *testing.T) {
 	}
 	a, b := mk(), mk()
 	la := lockertest.Acquire(t, a, time.Minute)
-	leader, err := c.Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := leader.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	t1 := time.Now()
-	if err := faults.WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
-		t.Fatal(err)
-	}
+	leader, t1 := servertest.KillLeader(t, ctx, c)
 	healthy := time.Since(t1)
 	lost := false
 	select {

@@ -32,6 +32,7 @@ import (
 	"github.com/locksuite/locksuite/harness/report"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/services/kube/kubecluster"
+	"github.com/locksuite/locksuite/internal/docblock"
 )
 
 // TestKubernetesRun runs `locksuite run --kubernetes` on a cluster of two
@@ -279,15 +280,7 @@ func driverRole(ctx context.Context, t *testing.T, c *kubecluster.Cluster) *rest
 	if _, err := driver.Pods(c.Namespace()).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("%s lists pods before the Role is bound: %v, want forbidden (is the cluster's authorization RBAC?)", kubecluster.DriverUser, err)
 	}
-	doc, err := os.ReadFile("../../docs/kubernetes.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(doc), "```yaml\n")
-	block, _, ok2 := strings.Cut(block, "```")
-	if !ok || !ok2 {
-		t.Fatal("docs/kubernetes.md has no yaml block")
-	}
+	block := docblock.Find(t, "../../docs/kubernetes.md", "", "yaml")
 	admin, err := rbacv1client.NewForConfig(c.RestConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -505,15 +498,8 @@ func TestIndexedJobShards(t *testing.T) {
 // after "<!-- manifest: shards", parsed strictly.
 func shardManifests(t *testing.T) (*batchv1.Job, *corev1.Pod) {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/kubernetes.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, ok := strings.Cut(string(doc), "<!-- manifest: shards")
-	_, block, ok2 := strings.Cut(block, "```yaml\n")
-	block, _, ok3 := strings.Cut(block, "```")
-	parts := strings.Split(block, "\n---\n")
-	if !ok || !ok2 || !ok3 || len(parts) != 2 {
+	parts := strings.Split(docblock.Find(t, "../../docs/kubernetes.md", "<!-- manifest: shards", "yaml"), "\n---\n")
+	if len(parts) != 2 {
 		t.Fatal(`docs/kubernetes.md: no yaml block of a Job and a Pod after "<!-- manifest: shards"`)
 	}
 	var job batchv1.Job

@@ -17,6 +17,7 @@ import (
 
 	"github.com/locksuite/locksuite/harness/faults"
 	"github.com/locksuite/locksuite/harness/services/kube/kubetest"
+	"github.com/locksuite/locksuite/internal/servercheck"
 )
 
 // networkChaosCRD is the NetworkChaos resource as Chaos Mesh's CRD names
@@ -65,15 +66,7 @@ func TestPartitionNeedsEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	servercheck.AcceptAndClose(l)
 	defer l.Close()
 	cut := make(chan struct{}) // closed: the probe sees the path cut
 	probe := func(ctx context.Context) error {

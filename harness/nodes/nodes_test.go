@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/internal/owner"
+	"github.com/locksuite/locksuite/internal/servercheck"
 	"github.com/vishvananda/netlink"
 )
 
@@ -197,15 +198,7 @@ func servers(t *testing.T, nw *Network) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
+		servercheck.AcceptAndClose(l)
 	}
 }
 

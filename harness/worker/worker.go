@@ -182,14 +182,8 @@ func Start(spec Spec, argv, env []string, logPath string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	evR, evW, err := os.Pipe()
+	evR, evW, ackR, ackW, err := spawn.Pipes()
 	if err != nil {
-		return nil, err
-	}
-	ackR, ackW, err := os.Pipe()
-	if err != nil {
-		evR.Close()
-		evW.Close()
 		return nil, err
 	}
 	lf, err := os.Create(logPath)

@@ -1,13 +1,15 @@
-// Package servercheck is what the tests of harness/servers and of the
-// service packages (harness/services/...) share that needs none of their
-// types: starting a server for a test, and checking that Stop left nothing.
-// (harness/servers/servertest has what needs them; the package's own
-// tests cannot import that.)
+// Package servercheck is what the tests of harness/servers, of the
+// service packages (harness/services/...) and of other packages share that
+// needs none of harness/servers' types: starting a server (or this test
+// binary) for a test, a listener that accepts and serves nothing, and
+// checking that Stop left nothing. (harness/servers/servertest has what
+// needs those types; the package's own tests cannot import that.)
 package servercheck
 
 import (
 	"context"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"syscall"
@@ -92,4 +94,19 @@ func StartSelf(t *testing.T, env string, args ...string) (*exec.Cmd, io.ReadClos
 		t.Fatal(err)
 	}
 	return cmd, out
+}
+
+// AcceptAndClose accepts the connections of l and closes each at once, in
+// a goroutine, until l is closed: an address that is open and serves
+// nothing.
+func AcceptAndClose(l net.Listener) {
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 }

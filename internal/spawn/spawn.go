@@ -11,10 +11,12 @@
 //
 // StartInNetNS starts a child in another network namespace from that same
 // thread: a child inherits the namespaces of the thread that forks it.
+// Pipes makes the two pipes of a child's extra descriptors or output.
 package spawn
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -62,6 +64,21 @@ func spawner() {
 		}
 		r.err <- err
 	}
+}
+
+// Pipes returns the ends of two pipes (os.Pipe) for a child's descriptors:
+// r1 reads what w1 writes, r2 what w2 writes. When one cannot be made,
+// none is left open.
+func Pipes() (r1, w1, r2, w2 *os.File, err error) {
+	if r1, w1, err = os.Pipe(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if r2, w2, err = os.Pipe(); err != nil {
+		r1.Close()
+		w1.Close()
+		return nil, nil, nil, nil, err
+	}
+	return r1, w1, r2, w2, nil
 }
 
 // Start is cmd.Start from the spawning thread. If cmd.SysProcAttr has no

@@ -11,6 +11,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends/foreign"
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/internal/docblock"
 )
 
 // TestShipped walks the protocol (foreign.Check) with every shipped worker
@@ -94,16 +95,7 @@ func TestYourLockWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p := prepare(t, ctx, w)
-	doc, err := os.ReadFile("../../../docs/your-lock.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "<!-- snippet: worker, run by TestYourLockWorker")
-	_, rest, ok2 := strings.Cut(rest, "```python\n")
-	code, _, ok3 := strings.Cut(rest, "```\n")
-	if !ok || !ok2 || !ok3 {
-		t.Fatal("docs/your-lock.md has no worker block after its snippet mark")
-	}
+	code := docblock.Find(t, "../../../docs/your-lock.md", "<!-- snippet: worker, run by TestYourLockWorker", "python")
 	dir := t.TempDir()
 	helper, err := os.ReadFile(filepath.Join(p.Dir, "locksuite_worker.py"))
 	if err != nil {

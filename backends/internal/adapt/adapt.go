@@ -1,6 +1,6 @@
 // Package adapt holds what every adapter's Locker does the same way: check
-// its Config, wrap its errors, wait between attempts, and tell its holder
-// that a lease was lost.
+// its Config, wrap its errors, wait between attempts, keep one session for
+// its attempts, and tell its holder that a lease was lost.
 package adapt
 
 import (

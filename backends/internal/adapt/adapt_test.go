@@ -107,3 +107,37 @@ func TestLost(t *testing.T) {
 		t.Errorf("Renew returned after %d renewals without marking the lease lost", n)
 	}
 }
+
+func TestSession(t *testing.T) {
+	type conn struct{ ended bool }
+	var opened, forgot int
+	k := Session[*conn]{
+		Open:   func(context.Context) (*conn, error) { opened++; return &conn{}, nil },
+		Ended:  func(c *conn) bool { return c.ended },
+		Forget: func(*conn) { forgot++ },
+	}
+	a, _ := k.Get(context.Background())
+	if b, _ := k.Get(context.Background()); b != a || opened != 1 {
+		t.Fatalf("a live session was not kept: opened %d", opened)
+	}
+	a.ended = true
+	b, _ := k.Get(context.Background())
+	if b == a || opened != 2 || forgot != 1 {
+		t.Fatalf("an ended session: same %v, opened %d, forgot %d", b == a, opened, forgot)
+	}
+	k.Drop(a) // not the kept one: nothing
+	if forgot != 1 {
+		t.Fatalf("Drop of a session not kept forgot it")
+	}
+	k.Drop(b)
+	if c, _ := k.Get(context.Background()); c == b || opened != 3 || forgot != 2 {
+		t.Fatalf("after Drop: same %v, opened %d, forgot %d", c == b, opened, forgot)
+	}
+	if c := k.Take(); c == nil || k.Take() != nil {
+		t.Fatal("Take did not hand over the kept session, or kept it")
+	}
+	k.Open = func(context.Context) (*conn, error) { return nil, errors.New("refused") }
+	if c, err := k.Get(context.Background()); c != nil || err == nil {
+		t.Fatalf("a failed Open: %v, %v", c, err)
+	}
+}

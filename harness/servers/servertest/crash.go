@@ -84,13 +84,9 @@ var ErrSkip = errors.New("skipped")
 // A case whose Start fails with lazyfs.ErrUnavailable or ErrSkip is
 // skipped.
 func Crash(t *testing.T, cases []CrashCase) {
-	if testing.Short() {
-		t.Skip("starts real servers")
-	}
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
+			ctx := Slow(t, "starts real servers", 3*time.Minute)
 			t0 := time.Now()
 			c, err := tc.Start(ctx)
 			if errors.Is(err, lazyfs.ErrUnavailable) || errors.Is(err, ErrSkip) {

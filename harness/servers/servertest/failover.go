@@ -24,13 +24,9 @@ type FailoverCase struct {
 // serves, restarts the killed member, and stops the cluster: no member
 // process and no directory may be left.
 func Failover(t *testing.T, cases []FailoverCase) {
-	if testing.Short() {
-		t.Skip("starts real clusters")
-	}
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
+			ctx := Slow(t, "starts real clusters", 2*time.Minute)
 			t0 := time.Now()
 			c, dir, pids, err := tc.Start(ctx)
 			if err != nil {
@@ -44,17 +40,7 @@ func Failover(t *testing.T, cases []FailoverCase) {
 			if err := c.Healthy(ctx); err != nil {
 				t.Fatalf("healthy after start: %v", err)
 			}
-			old, err := c.Leader(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := old.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			t1 := time.Now()
-			if err := faults.WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
-				t.Fatalf("after killing the leader %s: %v", old.Name(), err)
-			}
+			old, t1 := KillLeader(t, ctx, c)
 			l, err := c.Leader(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -72,6 +58,25 @@ func Failover(t *testing.T, cases []FailoverCase) {
 			servercheck.StopGone(t, c, dir, pids...)
 		})
 	}
+}
+
+// KillLeader kills c's leader and waits (a minute at most) until c is
+// healthy again; it fails the test if it cannot. It returns the killed
+// member and when it was killed.
+func KillLeader(t testing.TB, ctx context.Context, c servers.Cluster) (*servers.Member, time.Time) {
+	t.Helper()
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := faults.WaitHealthy(ctx, time.Minute, c.Healthy); err != nil {
+		t.Fatalf("after killing the leader %s: %v", old.Name(), err)
+	}
+	return old, killed
 }
 
 // Three is a FailoverCase's Start: a three-member cluster started with

@@ -5,22 +5,17 @@
 // finds it gone. It has no fencing token.
 const { Mutex, TimeoutError } = require('redis-semaphore');
 const { delIfEqualLua } = require('redis-semaphore/lib/mutex/release');
-const { run, version, WorkerError } = require('./locksuite-worker');
-const { connect } = require('./redis-client');
+const { WorkerError } = require('./locksuite-worker');
+const { runRedis } = require('./redis-client');
 
 let redis, key, leaseMs, lost;
 let held = null; // { lease, mutex }
 let n = 0;
 
-run({
+runRedis({
   library: 'redis-semaphore',
-  version: version('redis-semaphore'),
-  capabilities: ['ttl', 'lost', 'cleanup'],
-  async init(msg, lostFn) {
-    ({ key, lease_ms: leaseMs } = msg);
-    lost = lostFn;
-    redis = connect(msg);
-    return { ttl_ms: leaseMs, expiry_ms: leaseMs }; // Redis frees a PX key on time
+  init(client, k, ms, lostFn) {
+    [redis, key, leaseMs, lost] = [client, k, ms, lostFn];
   },
   async acquire(timeoutMs) {
     const lease = `m${++n}`;
@@ -52,12 +47,8 @@ run({
     }
     return deleted;
   },
-  async cleanup() {
-    // Nothing to remove: the Mutex keeps only its key, which release deletes.
-  },
   async close() {
     if (held) await held.mutex.release().catch(() => {});
     held = null;
-    await redis.quit().catch(() => {});
   },
 });

@@ -3,8 +3,8 @@
 // extends the lock automatically while its routine runs and aborts the
 // routine's signal when an extension fails. redlock has no fencing token.
 const { default: Redlock, ExecutionError, ResourceLockedError } = require('redlock');
-const { run, version, WorkerError } = require('./locksuite-worker');
-const { connect } = require('./redis-client');
+const { WorkerError } = require('./locksuite-worker');
+const { runRedis } = require('./redis-client');
 
 let redis, redlock, key, leaseMs, lost;
 let held = null; // the lease whose using() routine runs: { lease, signal, finish, done }
@@ -26,18 +26,13 @@ async function holds(done) {
   }
 }
 
-run({
+runRedis({
   library: 'redlock',
-  version: version('redlock'),
-  capabilities: ['ttl', 'lost', 'cleanup'],
-  async init(msg, lostFn) {
-    ({ key, lease_ms: leaseMs } = msg);
-    lost = lostFn;
-    redis = connect(msg);
+  init(client, k, ms, lostFn) {
+    [redis, key, leaseMs, lost] = [client, k, ms, lostFn];
     // Extend 500 ms before expiry (redlock's default) when the lease is long, halfway through a short one (using() wants lease - 100 ms at most); driftFactor and retries stay redlock's.
     redlock = new Redlock([redis], { automaticExtensionThreshold: Math.min(500, Math.floor(leaseMs / 2)) });
     redlock.on('error', (e) => { if (!(e instanceof ResourceLockedError)) console.error('redlock:', e.message); });
-    return { ttl_ms: leaseMs, expiry_ms: leaseMs }; // Redis frees a PX key on time
   },
   acquire(timeoutMs) {
     const lease = `l${++n}`;
@@ -92,15 +87,11 @@ run({
       held = null;
     }
   },
-  async cleanup() {
-    // Nothing to remove: redlock keeps only the key, which release deletes.
-  },
   async close() {
     if (held) {
       held.finish();
       await held.done.catch(() => {});
       held = null;
     }
-    await redis.quit().catch(() => {});
   },
 });
