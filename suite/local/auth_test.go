@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	postgresentry "github.com/locksuite/locksuite/harness/services/postgres/entry"
+	zookeeperentry "github.com/locksuite/locksuite/harness/services/zookeeper/entry"
+
 	"github.com/locksuite/locksuite/harness/services"
 )
 
@@ -45,8 +48,8 @@ func TestCredentialsFromEnv(t *testing.T) {
 	if r.TLS == nil || r.TLS.ServerName != "127.0.0.1" || !slices.Contains(r.Secrets, "redispw") {
 		t.Errorf("redis: TLS %v, secrets %q: want rediss:// TLS for 127.0.0.1 and the URL's password as a secret", r.TLS, r.Secrets)
 	}
-	if !slices.Contains(p.Secrets, "pgpw") || pgHostPort(p.Endpoint) != "127.0.0.1:5433" {
-		t.Errorf("postgres: secrets %q, address %s", p.Secrets, pgHostPort(p.Endpoint))
+	if !slices.Contains(p.Secrets, "pgpw") || postgresentry.HostPort(p.Endpoint) != "127.0.0.1:5433" {
+		t.Errorf("postgres: secrets %q, address %s", p.Secrets, postgresentry.HostPort(p.Endpoint))
 	}
 	if cs.Token != "consul-token" || cs.TLS == nil {
 		t.Errorf("consul: token %q, TLS %v", cs.Token, cs.TLS)
@@ -54,8 +57,8 @@ func TestCredentialsFromEnv(t *testing.T) {
 	if et.User != "root" || et.Password != "etcdpw" || et.TLS == nil {
 		t.Errorf("etcd: user %q password %q TLS %v", et.User, et.Password, et.TLS)
 	}
-	if z := e.conns["zookeeper"]; zkAuth(z) != "zkuser:zkpw" || !slices.Contains(z.Secrets, "zkpw") || z.TLS != nil {
-		t.Errorf("zookeeper: auth %q, secrets %q, TLS %v: want the digest user, its password a secret, no TLS", zkAuth(z), z.Secrets, z.TLS)
+	if z := e.conns["zookeeper"]; zookeeperentry.Auth(z) != "zkuser:zkpw" || !slices.Contains(z.Secrets, "zkpw") || z.TLS != nil {
+		t.Errorf("zookeeper: auth %q, secrets %q, TLS %v: want the digest user, its password a secret, no TLS", zookeeperentry.Auth(z), z.Secrets, z.TLS)
 	}
 	cfg := e.Config("redis", true)
 	env := strings.Join(cfg.WorkerEnv, "\n")
@@ -75,7 +78,7 @@ func TestCredentialsFromEnv(t *testing.T) {
 func TestZooKeeperAuthFromEnv(t *testing.T) {
 	t.Setenv("ZOOKEEPER_ADDRS", "127.0.0.1:2181")
 	t.Setenv(ZooKeeperAuthEnv, "justapassword")
-	_, err := zookeeperFromEnv("zookeeper", "ZOOKEEPER_ADDRS")()
+	_, err := zookeeperentry.FromEnv("zookeeper", "ZOOKEEPER_ADDRS")()
 	if err == nil || !strings.Contains(err.Error(), ZooKeeperAuthEnv+"=user:password") || strings.Contains(err.Error(), "justapassword") {
 		t.Errorf("%v: want an error naming %s=user:password, without the value", err, ZooKeeperAuthEnv)
 	}
@@ -90,7 +93,7 @@ func TestZooKeeperAuthFromEnv(t *testing.T) {
 	t.Setenv(ZooKeeperAuthEnv, "zkuser:zkpw")
 	t.Setenv("LOCKSUITE_ZOOKEEPER_ENSEMBLE", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
 	ens, _ := serviceOf("zookeeper-ensemble")
-	if c, err = named(ens); err != nil || zkAuth(c) != "zkuser:zkpw" || !slices.Contains(c.Env, ZooKeeperAuthEnv+"=zkuser:zkpw") {
+	if c, err = named(ens); err != nil || zookeeperentry.Auth(c) != "zkuser:zkpw" || !slices.Contains(c.Env, ZooKeeperAuthEnv+"=zkuser:zkpw") {
 		t.Errorf("zookeeper-ensemble: %+v, %v: want the digest user, passed on", c, err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/locksuite/locksuite/harness/lazyfs"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/services"
-	"github.com/locksuite/locksuite/suite"
 )
 
 // WithCrash makes Start start every server crashable, for the crash
@@ -77,10 +76,3 @@ func (e *Env) crashingOf(srv servers.Server, crash bool, noPower string) *servic
 	}
 	return &services.Crashing{C: c, NoPower: noPower, Mu: &e.crashMu}
 }
-
-func (k *kubeMembers) SetCrashing(c *services.Crashing) { k.Crashing = c }
-
-var (
-	_ suite.Crasher      = (*kubeMembers)(nil)
-	_ services.Crashable = (*kubeMembers)(nil)
-)

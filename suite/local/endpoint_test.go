@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	redisentry "github.com/locksuite/locksuite/harness/services/redis/entry"
+
 	"github.com/locksuite/locksuite/harness/services"
 )
 
@@ -23,7 +25,7 @@ func TestEndpointOf(t *testing.T) {
 	}
 
 	t.Setenv("REDIS_URL", "rediss://alice:s3cret@redis.example:6380/2")
-	c, err := redisService.FromEnv()
+	c, err := redisentry.Service.FromEnv()
 	if err != nil {
 		t.Fatal(err)
 	}

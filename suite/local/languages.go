@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	redisentry "github.com/locksuite/locksuite/harness/services/redis/entry"
+	zookeeperentry "github.com/locksuite/locksuite/harness/services/zookeeper/entry"
+
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/foreign"
 	"github.com/locksuite/locksuite/backends/foreign/workers"
@@ -25,9 +28,9 @@ import (
 var languageBackends = func() []services.Backend {
 	var out []services.Backend
 	for _, w := range workers.All {
-		on := redisService
+		on := redisentry.Service
 		if w.Service == "zookeeper" {
-			on = zookeeperService
+			on = zookeeperentry.Service
 		}
 		out = append(out, services.Backend{Name: w.Name, Kind: services.Language, On: on, Worker: w.Name,
 			NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
@@ -70,7 +73,7 @@ func workerURL(service, endpoint string, hostPorts []string) (string, []string) 
 	switch service {
 	case "redis":
 		if strings.Contains(endpoint, "://") {
-			return endpoint, []string{redisService.HostPort(endpoint)}
+			return endpoint, []string{redisentry.Service.HostPort(endpoint)}
 		}
 		return "redis://" + endpoint + "/0", hostPorts
 	case "postgres":

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	etcdentry "github.com/locksuite/locksuite/harness/services/etcd/entry"
+	postgresentry "github.com/locksuite/locksuite/harness/services/postgres/entry"
+
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/locksuite/locksuite/harness/servers"
@@ -25,7 +28,7 @@ const StoreEnv = "LOCKSUITE_STORE_URL"
 // stores are the services that can hold the counter store, in order of
 // preference: Start opens the first one among the services it provides;
 // the last one is always available (etcd's server is embedded).
-var stores = []*services.Service{postgresService, etcdService}
+var stores = []*services.Service{postgresentry.Service, etcdentry.Service}
 
 // Stores are the counter stores WithStore takes, in order of preference
 // (see Start).
@@ -97,9 +100,9 @@ func (e *Env) openOwnStore(ctx context.Context, s *services.Service, made provid
 // Postgres for a postgres:// URL, else etcd; asked, if set, must be that
 // kind. The server must answer within 5 s.
 func (e *Env) openStoreAt(ctx context.Context, at, asked string) error {
-	s, c := etcdService, &services.Conn{Endpoint: at}
+	s, c := etcdentry.Service, &services.Conn{Endpoint: at}
 	if u, err := url.Parse(at); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		s = postgresService
+		s = postgresentry.Service
 		if pc, err := pgconn.ParseConfig(at); err == nil {
 			c.Secrets = append(c.Secrets, pc.Password)
 		}

@@ -7,6 +7,16 @@ import (
 	"strings"
 	"time"
 
+	consulentry "github.com/locksuite/locksuite/harness/services/consul/entry"
+	etcdentry "github.com/locksuite/locksuite/harness/services/etcd/entry"
+	kubeentry "github.com/locksuite/locksuite/harness/services/kube/entry"
+	memcachedentry "github.com/locksuite/locksuite/harness/services/memcached/entry"
+	mysqlentry "github.com/locksuite/locksuite/harness/services/mysql/entry"
+	natsentry "github.com/locksuite/locksuite/harness/services/nats/entry"
+	postgresentry "github.com/locksuite/locksuite/harness/services/postgres/entry"
+	redisentry "github.com/locksuite/locksuite/harness/services/redis/entry"
+	zookeeperentry "github.com/locksuite/locksuite/harness/services/zookeeper/entry"
+
 	"github.com/locksuite/locksuite/harness/services"
 )
 
@@ -15,16 +25,16 @@ import (
 // "all" runs them, in the order of this list and then of each file's
 // entries. Adding a service is its file and one line here.
 var byService = [][]services.Backend{
-	consulBackends,
-	etcdBackends,
-	postgresBackends,
-	redisBackends,
-	zookeeperBackends,
-	mysqlBackends,
-	natsBackends,
-	memcachedBackends,
-	kubeBackends,
-	pgbouncerBackends,
+	consulentry.Backends,
+	etcdentry.Backends,
+	postgresentry.Backends,
+	redisentry.Backends,
+	zookeeperentry.Backends,
+	mysqlentry.Backends,
+	natsentry.Backends,
+	memcachedentry.Backends,
+	kubeentry.Backends,
+	postgresentry.PoolerBackends,
 	languageBackends,
 }
 

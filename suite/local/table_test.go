@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ import (
 // can be started, named by a variable, described and asked its version;
 // Names, Libraries, Clusters, WhenNamed, Variants, Poolers and Languages list each backend once; a
 // service's variables are its own; a service with an adapter has its own
-// file, named after it.
+// folder in harness/services, named after it.
 func TestTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, b := range table.backends {
@@ -41,8 +42,8 @@ func TestTable(t *testing.T) {
 	}
 	for _, n := range Names {
 		s, _ := serviceOf(n)
-		if _, err := os.Stat(s.Name + ".go"); err != nil {
-			t.Errorf("service %q (of %s) has no file of its own: %v", s.Name, n, err)
+		if _, err := os.Stat(filepath.Join("..", "..", "harness", "services", s.Name, "entry")); err != nil {
+			t.Errorf("service %q (of %s) has no folder of its own in harness/services: %v", s.Name, n, err)
 		}
 	}
 	all := slices.Concat(Names, Libraries, Clusters, WhenNamed, Variants, Poolers, Languages)

@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -30,7 +30,7 @@ var memcachedService = &services.Service{
 	Version: func() string { return services.BinVersion([]string{"-V"}, "memcached", "/usr/bin/memcached") },
 }
 
-var memcachedBackends = []services.Backend{
+var Backends = []services.Backend{
 	{Name: "memcached", Kind: services.Adapter, On: memcachedService, WhenNamed: true, OwnClient: "memcached's meta protocol", NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 		return memcached.New(memcached.Config{Addr: memcachedAddr(c.Endpoint), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 	}},

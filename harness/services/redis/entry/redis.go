@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -24,13 +24,13 @@ import (
 // RedisCACertEnv names a PEM file of the CA that signed a rediss:// server's
 // certificate. Redis has no variable of its own for it; without it, the
 // system's roots are used.
-const RedisCACertEnv = "LOCKSUITE_REDIS_CACERT"
+const CACertEnv = "LOCKSUITE_REDIS_CACERT"
 
 // redisService is one redis-server.
-var redisService = &services.Service{
+var Service = &services.Service{
 	Name: "redis", Title: "Redis", Server: "redis-server",
 	Lease: 200 * time.Millisecond, Pause: 500 * time.Millisecond, Duration: 5 * time.Second,
-	Vars:       []string{"REDIS_URL", RedisCACertEnv},
+	Vars:       []string{"REDIS_URL", CACertEnv},
 	FromEnv:    redisFromEnv("redis", "REDIS_URL"),
 	Start:      services.StartOf(servers.StartRedis),
 	Probe:      probeRedis,
@@ -49,13 +49,13 @@ var redisService = &services.Service{
 // redis3Service is three independent redis-servers, for Redlock.
 var redis3Service = &services.Service{
 	Name: "redis-3", Title: "three Redis servers", Server: "three redis-servers",
-	Lease: redisService.Lease, Pause: redisService.Pause, Duration: redisService.Duration,
+	Lease: Service.Lease, Pause: Service.Pause, Duration: Service.Duration,
 	Vars:    []string{"LOCKSUITE_REDIS_NODES"},
-	Shared:  []string{RedisCACertEnv},
+	Shared:  []string{CACertEnv},
 	FromEnv: redisNodesFromEnv,
 	Start:   func(ctx context.Context, _ ...servers.Option) (servers.Server, error) { return startRedisNodes(ctx, 3) },
 	Probe:   probeNodes,
-	Version: redisService.Version,
+	Version: Service.Version,
 	NoCompose: "three independent servers: run three redis services of the compose file's kind and name them in " +
 		"LOCKSUITE_REDIS_NODES",
 }
@@ -65,7 +65,7 @@ var redis3Service = &services.Service{
 // settings. On nodes, it takes five: the primary, the replica, and a
 // Sentinel on each of the others.
 var redisSentinel = func() *services.Service {
-	s := services.ClusterOf("redis-sentinel", "Redis with Sentinel", "redis-server and redis-sentinel (a primary, a replica, three Sentinels)", "LOCKSUITE_REDIS_SENTINEL", redisService, servers.StartRedisSentinel)
+	s := services.ClusterOf("redis-sentinel", "Redis with Sentinel", "redis-server and redis-sentinel (a primary, a replica, three Sentinels)", "LOCKSUITE_REDIS_SENTINEL", Service, servers.StartRedisSentinel)
 	s.Nodes = &services.OnNodes{N: 5, Members: 2, Direct: redisDirect,
 		Start: func(ctx context.Context, h *servers.Hosts, o suite.NodeOptions) (servers.Cluster, error) {
 			var so servers.SentinelOptions
@@ -83,15 +83,15 @@ const goRedisModule = "github.com/redis/go-redis/v9"
 // fsynced every second or at every write (Redis's answer to a restart
 // that forgets a lock), for the crash scenarios.
 var (
-	redisAOF = services.VariantOf(redisService, "redis-aof", "Redis with appendfsync everysec", "redis-server with appendonly yes, appendfsync everysec",
+	redisAOF = services.VariantOf(Service, "redis-aof", "Redis with appendfsync everysec", "redis-server with appendonly yes, appendfsync everysec",
 		"LOCKSUITE_REDIS_AOF", servers.DurabilityAppendFsyncEverysec, redisFromEnv("redis-aof", "LOCKSUITE_REDIS_AOF"))
-	redisAOFAlways = services.VariantOf(redisService, "redis-aof-always", "Redis with appendfsync always", "redis-server with appendonly yes, appendfsync always",
+	redisAOFAlways = services.VariantOf(Service, "redis-aof-always", "Redis with appendfsync always", "redis-server with appendonly yes, appendfsync always",
 		"LOCKSUITE_REDIS_AOF_ALWAYS", servers.DurabilityAppendFsyncAlways, redisFromEnv("redis-aof-always", "LOCKSUITE_REDIS_AOF_ALWAYS"))
 )
 
-var redisBackends = []services.Backend{
-	{Name: "redis", Kind: services.Adapter, On: redisService, Modules: []string{goRedisModule}, NewLocker: newRedis},
-	{Name: "redsync", Kind: services.Library, On: redisService, NewLocker: newRedsync, Modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
+var Backends = []services.Backend{
+	{Name: "redis", Kind: services.Adapter, On: Service, Modules: []string{goRedisModule}, NewLocker: newRedis},
+	{Name: "redsync", Kind: services.Library, On: Service, NewLocker: newRedsync, Modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
 	{Name: "redsync-3", Kind: services.Library, On: redis3Service, NewLocker: newRedsync, Modules: []string{"github.com/go-redsync/redsync/v4", goRedisModule}},
 	{Name: "redis-sentinel", Kind: services.Cluster, On: redisSentinel, Modules: []string{goRedisModule}, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 		// go-redis dials the sentinels and whatever primary they name.
@@ -136,14 +136,14 @@ func redisFromEnv(n, v string) func() (*services.Conn, error) {
 		}
 		c.Secrets = append(c.Secrets, o.Password)
 		c.TLS = o.TLSConfig
-		if f := os.Getenv(RedisCACertEnv); f != "" {
+		if f := os.Getenv(CACertEnv); f != "" {
 			pool, err := services.LoadCA(f)
 			if err != nil {
-				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the server's CA"}
+				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s: %w", CACertEnv, err), Fix: "set " + CACertEnv + " to a PEM file of the server's CA"}
 			}
 			if c.TLS == nil {
-				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s is set but %s is not rediss://", RedisCACertEnv, v),
-					Fix: "use a rediss:// URL for TLS, or unset " + RedisCACertEnv}
+				return nil, &servers.Unavailable{Backend: n, Err: fmt.Errorf("%s is set but %s is not rediss://", CACertEnv, v),
+					Fix: "use a rediss:// URL for TLS, or unset " + CACertEnv}
 			}
 			c.TLS.RootCAs = pool
 		}
@@ -163,10 +163,10 @@ func redisNodesFromEnv() (*services.Conn, error) {
 			c.Secrets = append(c.Secrets, o.Password)
 		}
 	}
-	if f := os.Getenv(RedisCACertEnv); f != "" && strings.Contains(c.Endpoint, "rediss://") {
+	if f := os.Getenv(CACertEnv); f != "" && strings.Contains(c.Endpoint, "rediss://") {
 		pool, err := services.LoadCA(f)
 		if err != nil {
-			return nil, &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", RedisCACertEnv, err), Fix: "set " + RedisCACertEnv + " to a PEM file of the servers' CA"}
+			return nil, &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", CACertEnv, err), Fix: "set " + CACertEnv + " to a PEM file of the servers' CA"}
 		}
 		c.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
@@ -198,9 +198,9 @@ func diagnoseRedis(s services.Symptoms) (problem, fix string) {
 	case s.Has("NOAUTH", "NOPERM"):
 		return "authentication failed: the server requires a password", "put the ACL user and password in REDIS_URL: redis://user:password@host:port/0 (rediss:// for TLS)"
 	case s.Untrusted():
-		return "the server's TLS certificate is not trusted", "set " + RedisCACertEnv + " to a PEM file of the CA that signed it"
+		return "the server's TLS certificate is not trusted", "set " + CACertEnv + " to a PEM file of the CA that signed it"
 	case s.PlainToTLS():
-		return "server requires TLS", "use a rediss:// URL in REDIS_URL (and " + RedisCACertEnv + " for a private CA)"
+		return "server requires TLS", "use a rediss:// URL in REDIS_URL (and " + CACertEnv + " for a private CA)"
 	case s.C.TLS != nil && s.Has("first record does not look like a TLS handshake"):
 		return "the server does not speak TLS", "use a redis:// URL in REDIS_URL"
 	}
@@ -309,7 +309,7 @@ func probeNodes(ctx context.Context, c *services.Conn) error {
 				err = fmt.Errorf("%s (%w)", problem, err)
 			}
 			return &servers.Unavailable{Backend: "redis-3", Err: fmt.Errorf("%s: %w", redact.URL(a), redact.Error(err, c.Secrets...)),
-				Fix: fix + "; credentials and TLS as in REDIS_URL (rediss://user:password@host:port/0, and " + RedisCACertEnv + " for a private CA)"}
+				Fix: fix + "; credentials and TLS as in REDIS_URL (rediss://user:password@host:port/0, and " + CACertEnv + " for a private CA)"}
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -28,27 +28,27 @@ const (
 	// ZooKeeperAuthEnv is "user:password" for the digest scheme: the
 	// sessions authenticate with it, and the lock's znodes get an ACL for
 	// that user only (zookeeper.Config.Auth).
-	ZooKeeperAuthEnv = "LOCKSUITE_ZOOKEEPER_AUTH"
+	AuthEnv = "LOCKSUITE_ZOOKEEPER_AUTH"
 	// ZooKeeperCACertEnv names a PEM file of the CA that signed the
 	// servers' certificates: with it, the clients speak TLS (the servers'
 	// secureClientPort) and trust that CA only.
-	ZooKeeperCACertEnv = "LOCKSUITE_ZOOKEEPER_CACERT"
+	CACertEnv = "LOCKSUITE_ZOOKEEPER_CACERT"
 	// ZooKeeperCertEnv and ZooKeeperKeyEnv name a client certificate and
 	// its key (PEM), for a server whose ssl.clientAuth is need
 	// (ZooKeeper's default); either one also turns TLS on.
-	ZooKeeperCertEnv = "LOCKSUITE_ZOOKEEPER_CERT"
-	ZooKeeperKeyEnv  = "LOCKSUITE_ZOOKEEPER_KEY"
+	CertEnv = "LOCKSUITE_ZOOKEEPER_CERT"
+	KeyEnv  = "LOCKSUITE_ZOOKEEPER_KEY"
 )
 
 // zookeeperService is one ZooKeeper server (Debian's zookeeper.jar run
 // with java), or the ensemble ZOOKEEPER_ADDRS names. tickTime 100 ms,
 // minSessionTimeout 200 ms on the harness's server; a stalled session is
 // freed within a tick of its timeout.
-var zookeeperService = &services.Service{
+var Service = &services.Service{
 	Name: "zookeeper", Title: "ZooKeeper", Server: "java with Debian's zookeeper.jar",
 	Lease: 200 * time.Millisecond, Pause: 500 * time.Millisecond, Duration: 5 * time.Second,
-	Vars:       []string{"ZOOKEEPER_ADDRS", ZooKeeperAuthEnv, ZooKeeperCACertEnv, ZooKeeperCertEnv, ZooKeeperKeyEnv},
-	FromEnv:    zookeeperFromEnv("zookeeper", "ZOOKEEPER_ADDRS"),
+	Vars:       []string{"ZOOKEEPER_ADDRS", AuthEnv, CACertEnv, CertEnv, KeyEnv},
+	FromEnv:    FromEnv("zookeeper", "ZOOKEEPER_ADDRS"),
 	Start:      services.StartOf(servers.StartZooKeeper),
 	Probe:      probeZooKeeper,
 	Diagnose:   diagnoseZooKeeper,
@@ -60,8 +60,8 @@ var zookeeperService = &services.Service{
 
 // zookeeperEnsemble is three ZooKeeper servers; named by its variable, it
 // takes the LOCKSUITE_ZOOKEEPER_* security settings.
-var zookeeperEnsemble = services.ClusterOf("zookeeper-ensemble", "a ZooKeeper ensemble", "three ZooKeeper servers", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", zookeeperService, services.ThreeOf(servers.StartZooKeeperEnsemble)).
-	WithSecurityOf(zookeeperService, zookeeperFromEnv("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE"))
+var zookeeperEnsemble = services.ClusterOf("zookeeper-ensemble", "a ZooKeeper ensemble", "three ZooKeeper servers", "LOCKSUITE_ZOOKEEPER_ENSEMBLE", Service, services.ThreeOf(servers.StartZooKeeperEnsemble)).
+	WithSecurityOf(Service, FromEnv("zookeeper-ensemble", "LOCKSUITE_ZOOKEEPER_ENSEMBLE"))
 
 const goZooKeeper = "github.com/go-zookeeper/zk"
 
@@ -69,16 +69,16 @@ const goZooKeeper = "github.com/go-zookeeper/zk"
 // package zookeeper puts it there).
 const zookeeperJar = "/usr/share/java/zookeeper.jar"
 
-var zookeeperBackends = []services.Backend{
-	{Name: "zookeeper", Kind: services.Adapter, On: zookeeperService, NewLocker: newZooKeeper, Modules: []string{goZooKeeper}},
-	{Name: "zk-lock", Kind: services.Library, On: zookeeperService, Modules: []string{goZooKeeper}, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
-		return zklock.New(zklock.Config{Servers: c.Addrs(), TLS: c.TLS, Auth: zkAuth(c), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+var Backends = []services.Backend{
+	{Name: "zookeeper", Kind: services.Adapter, On: Service, NewLocker: newZooKeeper, Modules: []string{goZooKeeper}},
+	{Name: "zk-lock", Kind: services.Library, On: Service, Modules: []string{goZooKeeper}, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+		return zklock.New(zklock.Config{Servers: c.Addrs(), TLS: c.TLS, Auth: Auth(c), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 	}},
 	{Name: "zookeeper-ensemble", Kind: services.Cluster, On: zookeeperEnsemble, NewLocker: newZooKeeper, Modules: []string{goZooKeeper}},
 }
 
 func newZooKeeper(c *services.Conn, cl suite.Client) (backends.Locker, error) {
-	return zookeeper.New(zookeeper.Config{Servers: c.Addrs(), TLS: c.TLS, Auth: zkAuth(c), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
+	return zookeeper.New(zookeeper.Config{Servers: c.Addrs(), TLS: c.TLS, Auth: Auth(c), Dial: cl.Dial, Key: cl.Key, Lease: cl.Lease})
 }
 
 // noClockZooKeeper is why zookeeper's clock is not jumped (wrapped in
@@ -88,22 +88,22 @@ const noClockZooKeeper = "zookeeper times sessions with System.nanoTime, a monot
 // zookeeperFromEnv returns the fromEnv of a ZooKeeper service named by
 // variable v (ZOOKEEPER_ADDRS, LOCKSUITE_ZOOKEEPER_ENSEMBLE): the servers,
 // and the LOCKSUITE_ZOOKEEPER_* security settings.
-func zookeeperFromEnv(name, v string) func() (*services.Conn, error) {
+func FromEnv(name, v string) func() (*services.Conn, error) {
 	return func() (*services.Conn, error) {
 		c := &services.Conn{Endpoint: os.Getenv(v)}
 		if c.Endpoint == "" {
 			return nil, nil
 		}
-		if a := os.Getenv(ZooKeeperAuthEnv); a != "" {
+		if a := os.Getenv(AuthEnv); a != "" {
 			var ok bool
 			c.User, c.Password, ok = strings.Cut(a, ":")
 			c.Secrets = append(c.Secrets, c.Password, a)
 			if !ok || c.User == "" {
-				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s is not user:password", ZooKeeperAuthEnv),
-					Fix: "set " + ZooKeeperAuthEnv + "=user:password (the digest scheme's user)"}
+				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s is not user:password", AuthEnv),
+					Fix: "set " + AuthEnv + "=user:password (the digest scheme's user)"}
 			}
 		}
-		ca, cert, key := os.Getenv(ZooKeeperCACertEnv), os.Getenv(ZooKeeperCertEnv), os.Getenv(ZooKeeperKeyEnv)
+		ca, cert, key := os.Getenv(CACertEnv), os.Getenv(CertEnv), os.Getenv(KeyEnv)
 		if ca == "" && cert == "" && key == "" {
 			return c, nil
 		}
@@ -111,15 +111,15 @@ func zookeeperFromEnv(name, v string) func() (*services.Conn, error) {
 		if ca != "" {
 			pool, err := services.LoadCA(ca)
 			if err != nil {
-				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s: %w", ZooKeeperCACertEnv, err), Fix: "set " + ZooKeeperCACertEnv + " to a PEM file of the servers' CA"}
+				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s: %w", CACertEnv, err), Fix: "set " + CACertEnv + " to a PEM file of the servers' CA"}
 			}
 			c.TLS.RootCAs = pool
 		}
 		if cert != "" || key != "" {
 			kp, err := tls.LoadX509KeyPair(cert, key)
 			if err != nil {
-				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s, %s: %w", ZooKeeperCertEnv, ZooKeeperKeyEnv, err),
-					Fix: "set " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + " to a client certificate and its key (PEM)"}
+				return nil, &servers.Unavailable{Backend: name, Err: fmt.Errorf("%s, %s: %w", CertEnv, KeyEnv, err),
+					Fix: "set " + CertEnv + " and " + KeyEnv + " to a client certificate and its key (PEM)"}
 			}
 			c.TLS.Certificates = []tls.Certificate{kp}
 		}
@@ -128,7 +128,7 @@ func zookeeperFromEnv(name, v string) func() (*services.Conn, error) {
 }
 
 // zkAuth is the digest scheme's "user:password", or "" without a user.
-func zkAuth(c *services.Conn) string {
+func Auth(c *services.Conn) string {
 	if c.User == "" {
 		return ""
 	}
@@ -178,7 +178,7 @@ func zkProbe(ctx context.Context, c *services.Conn) error {
 			return fmt.Errorf("no session: %w", ctx.Err())
 		}
 	}
-	if a := zkAuth(c); a != "" {
+	if a := Auth(c); a != "" {
 		if err := zc.AddAuth("digest", []byte(a)); err != nil {
 			return fmt.Errorf("digest auth: %w", err)
 		}
@@ -204,18 +204,18 @@ func (zkQuiet) Printf(string, ...any) {}
 func diagnoseZooKeeper(s services.Symptoms) (problem, fix string) {
 	switch {
 	case s.Has("-124"): // SESSIONCLOSEDREQUIRESASLAUTH: enforce.auth.enabled
-		return "authentication failed: the server requires digest authentication", "set " + ZooKeeperAuthEnv + "=user:password"
+		return "authentication failed: the server requires digest authentication", "set " + AuthEnv + "=user:password"
 	case s.Has("not authenticated"): // NOAUTH on /locksuite
 		return "authentication failed: the suite's znodes (/locksuite) belong to another digest user or password",
-			"set " + ZooKeeperAuthEnv + " to the user:password that made them (the digest scheme takes any password: only the znodes' ACLs tell a wrong one)"
+			"set " + AuthEnv + " to the user:password that made them (the digest scheme takes any password: only the znodes' ACLs tell a wrong one)"
 	case s.Has("certificate required", "bad certificate"):
-		return "the server requires a client certificate", "set " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + " to a client certificate and key (PEM) its CA signed"
+		return "the server requires a client certificate", "set " + CertEnv + " and " + KeyEnv + " to a client certificate and key (PEM) its CA signed"
 	case s.Untrusted():
-		return "the server's TLS certificate is not trusted", "set " + ZooKeeperCACertEnv + " to a PEM file of the CA that signed it"
+		return "the server's TLS certificate is not trusted", "set " + CACertEnv + " to a PEM file of the CA that signed it"
 	case s.PlainToTLS():
-		return "server requires TLS", "set " + ZooKeeperCACertEnv + " to a PEM file of the servers' CA (TLS to their secureClientPort)"
+		return "server requires TLS", "set " + CACertEnv + " to a PEM file of the servers' CA (TLS to their secureClientPort)"
 	case s.C.TLS != nil && s.Has("EOF", "first record does not look like a TLS handshake", "connection reset") && !services.SpeaksTLS(s.Addr):
-		return "the server does not speak TLS", "unset " + ZooKeeperCACertEnv + ", " + ZooKeeperCertEnv + " and " + ZooKeeperKeyEnv + ", or name the servers' secureClientPort in ZOOKEEPER_ADDRS"
+		return "the server does not speak TLS", "unset " + CACertEnv + ", " + CertEnv + " and " + KeyEnv + ", or name the servers' secureClientPort in ZOOKEEPER_ADDRS"
 	}
 	return "", "check ZOOKEEPER_ADDRS (host:port of each server, comma-separated, no chroot), or unset it to let the harness start one"
 }

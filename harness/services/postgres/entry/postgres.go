@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // postgresService is a throwaway PostgreSQL cluster (initdb, then
 // postgres), or the server libpq's variables name. It also holds the
 // counter store (stores).
-var postgresService = &services.Service{
+var Service = &services.Service{
 	Name: "postgres", Title: "Postgres", Server: "initdb and postgres",
 	Lease: 200 * time.Millisecond, Pause: 500 * time.Millisecond, Duration: 5 * time.Second,
 	Vars:       []string{"DATABASE_URL", "PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGDATABASE", "PGSSLMODE", "PGSSLROOTCERT", "PGSSLCERT", "PGSSLKEY", "PGSSLSNI", "PGSERVICE", "PGSERVICEFILE", "PGCONNECT_TIMEOUT", "PGTARGETSESSIONATTRS"},
@@ -33,7 +33,7 @@ var postgresService = &services.Service{
 	Start:      services.StartOf(servers.StartPostgres),
 	Probe:      probePostgres,
 	Diagnose:   diagnosePostgres,
-	HostPortOf: pgHostPort,
+	HostPortOf: HostPort,
 	StartTLS:   true,
 	Servers:    services.OneProcess("postgres", noClockPostgres),
 	Durability: servers.DurabilityPackaged,
@@ -43,9 +43,9 @@ var postgresService = &services.Service{
 
 const pgxModule = "github.com/jackc/pgx/v5"
 
-var postgresBackends = []services.Backend{
-	{Name: "postgres", Kind: services.Adapter, On: postgresService, Modules: []string{pgxModule}, NewLocker: newPostgres},
-	{Name: "pg-xact", Kind: services.Library, On: postgresService, Modules: []string{pgxModule}, NewLocker: newPgXact},
+var Backends = []services.Backend{
+	{Name: "postgres", Kind: services.Adapter, On: Service, Modules: []string{pgxModule}, NewLocker: newPostgres},
+	{Name: "pg-xact", Kind: services.Library, On: Service, Modules: []string{pgxModule}, NewLocker: newPgXact},
 }
 
 // newPostgres is the session advisory lock (backends/postgres) at c.
@@ -138,7 +138,7 @@ func diagnosePostgres(s services.Symptoms) (problem, fix string) {
 
 // pgHostPort is the host:port of a URL, a key=value DSN or libpq's
 // variables: pgx knows where.
-func pgHostPort(ep string) string {
+func HostPort(ep string) string {
 	if pc, err := pgconn.ParseConfig(strings.TrimSpace(ep)); err == nil {
 		return net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port)))
 	}

@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -35,7 +35,7 @@ import (
 // deletes only its Leases there) instead of creating a namespace of its
 // own. Worker processes reach their coordinator's Kubernetes API through
 // the two.
-const KubeNamespaceEnv = "LOCKSUITE_KUBE_NAMESPACE"
+const NamespaceEnv = "LOCKSUITE_KUBE_NAMESPACE"
 
 // Why kube-apiserver's clock is not jumped (wrapped in errors.ErrUnsupported).
 const noClockKube = "the Lease's expiry is judged by each candidate's own clock, not the server's: client-go (and k8s-lease) time it from when the candidate first saw the record, with Go's monotonic clock, which a stepped wall clock does not move; kube-apiserver itself is a Go program that libfaketime cannot move (as consul), and the suite's clock fault moves a server's clock, not a client's"
@@ -51,7 +51,7 @@ const noClockKube = "the Lease's expiry is judged by each candidate's own clock,
 var kubeService = &services.Service{
 	Name: "kube", Title: "Kubernetes API", Server: "kube-apiserver (the build of ci/setup.sh)",
 	Lease: time.Second, Pause: 3 * time.Second, Pauses: 3, Duration: 10 * time.Second,
-	Vars:    []string{"KUBECONFIG", KubeNamespaceEnv},
+	Vars:    []string{"KUBECONFIG", NamespaceEnv},
 	FromEnv: kubeFromEnv,
 	Start: func(ctx context.Context, o ...servers.Option) (servers.Server, error) {
 		return kube.Start(ctx, o...)
@@ -70,7 +70,7 @@ var kubeService = &services.Service{
 
 // kube-apiserver is a 170 MB build (ci/setup.sh) and takes seconds to
 // start: its two backends run when named.
-var kubeBackends = []services.Backend{
+var Backends = []services.Backend{
 	{Name: "k8s-lease", Kind: services.Adapter, On: kubeService, NewLocker: newK8sLease, WhenNamed: true, Modules: []string{"k8s.io/client-go"}},
 	{Name: "leader-election", Kind: services.Library, On: kubeService, NewLocker: newLeaderElection, WhenNamed: true, Modules: []string{"k8s.io/client-go"}},
 }
@@ -88,16 +88,16 @@ func kubeVersion() string {
 // KUBECONFIG names; with KUBECONFIG alone, nil (kube.Start creates
 // a namespace there, and Stop deletes it).
 func kubeFromEnv() (*services.Conn, error) {
-	ns, kc := os.Getenv(KubeNamespaceEnv), os.Getenv("KUBECONFIG")
+	ns, kc := os.Getenv(NamespaceEnv), os.Getenv("KUBECONFIG")
 	switch {
 	case ns == "":
 		return nil, nil
 	case kc == "":
-		return nil, &servers.Unavailable{Backend: "kube", Err: errors.New(KubeNamespaceEnv + " is set but KUBECONFIG is not"),
-			Fix: "set KUBECONFIG to the kubeconfig of the namespace's cluster, or unset " + KubeNamespaceEnv}
+		return nil, &servers.Unavailable{Backend: "kube", Err: errors.New(NamespaceEnv + " is set but KUBECONFIG is not"),
+			Fix: "set KUBECONFIG to the kubeconfig of the namespace's cluster, or unset " + NamespaceEnv}
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return nil, &servers.Unavailable{Backend: "kube", Err: fmt.Errorf("%s %q: %v", KubeNamespaceEnv, ns, errs), Fix: "name an existing namespace"}
+		return nil, &servers.Unavailable{Backend: "kube", Err: fmt.Errorf("%s %q: %v", NamespaceEnv, ns, errs), Fix: "name an existing namespace"}
 	}
 	rc, err := kubeconfig(kc)
 	if err != nil {
@@ -127,7 +127,7 @@ func kubeConnect(s servers.Server) (*services.Conn, error) {
 		}
 	}
 	return &services.Conn{Endpoint: kc, Rest: k.RestConfig(), Namespace: k.Namespace(),
-		Env: []string{"KUBECONFIG=" + kc, KubeNamespaceEnv + "=" + k.Namespace()}}, nil
+		Env: []string{"KUBECONFIG=" + kc, NamespaceEnv + "=" + k.Namespace()}}, nil
 }
 
 // leases is the Lease client of c's namespace.
@@ -170,13 +170,13 @@ func diagnoseKube(s services.Symptoms) (problem, fix string) {
 	case apierrors.IsUnauthorized(s.Err):
 		return "authentication failed: the API server refuses the kubeconfig's credentials", "check the user of KUBECONFIG's current context"
 	case apierrors.IsForbidden(s.Err):
-		return "the kubeconfig's user may not use Leases in " + s.C.Namespace, "grant get, create, update and delete on coordination.k8s.io leases in " + KubeNamespaceEnv + "'s namespace"
+		return "the kubeconfig's user may not use Leases in " + s.C.Namespace, "grant get, create, update and delete on coordination.k8s.io leases in " + NamespaceEnv + "'s namespace"
 	case apierrors.IsNotFound(s.Err):
-		return "the namespace " + s.C.Namespace + " does not exist", "create it, or unset " + KubeNamespaceEnv + " to let the suite create one"
+		return "the namespace " + s.C.Namespace + " does not exist", "create it, or unset " + NamespaceEnv + " to let the suite create one"
 	case s.Untrusted():
 		return "the API server's TLS certificate is not trusted", "put its CA in the kubeconfig's cluster (certificate-authority-data)"
 	}
-	return "", "check KUBECONFIG and " + KubeNamespaceEnv + ", or unset both to let the harness start kube-apiserver"
+	return "", "check KUBECONFIG and " + NamespaceEnv + ", or unset both to let the harness start kube-apiserver"
 }
 
 // kubeHostPort is the host:port of the API server a kubeconfig names.
@@ -200,24 +200,24 @@ func kubeHostPort(ep string) string {
 // the member leaves it running; a crash kills both), or none for a cluster
 // of the user's.
 func kubeServers(sv *services.Service, s servers.Server) suite.Servers {
-	k := &kubeMembers{svc: sv, c: &services.Conn{Rest: s.(kube.API).RestConfig(), Namespace: s.(kube.API).Namespace()}}
+	k := &Members{svc: sv, c: &services.Conn{Rest: s.(kube.API).RestConfig(), Namespace: s.(kube.API).Namespace()}}
 	if a, ok := s.(*kube.APIServer); ok {
 		k.members = []suite.Member{&services.Process{Label: "kube-apiserver", Proc: a.Member(), Jump: services.Unsupported(noClockKube)}}
 	}
 	return k
 }
 
-type kubeMembers struct {
+type Members struct {
 	svc     *services.Service
 	c       *services.Conn
 	members []suite.Member
 	*services.Crashing
 }
 
-func (k *kubeMembers) Members() []suite.Member { return k.members }
+func (k *Members) Members() []suite.Member { return k.members }
 
 // Healthy: a Lease read in the namespace is answered (probeKube).
-func (k *kubeMembers) Healthy(ctx context.Context) error {
+func (k *Members) Healthy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := probeKube(ctx, k.c); err != nil {
@@ -262,3 +262,10 @@ func newK8sLease(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 func newLeaderElection(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 	return leaderelection.New(leaderelection.Config{Rest: c.Rest, Dial: cl.Dial, Namespace: c.Namespace, Name: leaseName(cl.Key), TTL: wholeSeconds(cl.Lease)})
 }
+
+func (k *Members) SetCrashing(c *services.Crashing) { k.Crashing = c }
+
+var (
+	_ suite.Crasher      = (*Members)(nil)
+	_ services.Crashable = (*Members)(nil)
+)

@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -38,7 +38,7 @@ var mysqlService = &services.Service{
 	},
 }
 
-var mysqlBackends = []services.Backend{
+var Backends = []services.Backend{
 	{Name: "mysql", Kind: services.Adapter, On: mysqlService, Modules: []string{"github.com/go-sql-driver/mysql"}, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 		dsn, err := mysql.DSN(strings.TrimSpace(c.Endpoint))
 		if err != nil {

@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -40,7 +40,7 @@ var consulCluster = services.ClusterOf("consul-cluster", "a Consul cluster", "th
 
 const consulAPI = "github.com/hashicorp/consul/api"
 
-var consulBackends = []services.Backend{
+var Backends = []services.Backend{
 	{Name: "consul", Kind: services.Adapter, On: consulService, Modules: []string{consulAPI}, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 		return consul.New(consul.Config{Address: c.Endpoint, Token: c.Token, TLS: c.TLS, Dial: cl.Dial, Key: cl.Key, TTL: cl.Lease})
 	}},

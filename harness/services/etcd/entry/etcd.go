@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // etcdService is an etcd server embedded in this process, or the one
 // ETCDCTL_ENDPOINTS names. It holds the counter store when Postgres does
 // not (stores).
-var etcdService = &services.Service{
+var Service = &services.Service{
 	Name: "etcd", Title: "etcd", Server: "an embedded etcd server",
 	Lease: time.Second, Pause: 2 * time.Second, Pauses: 3, Duration: 8 * time.Second,
 	Vars:       []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},
@@ -44,8 +44,8 @@ var etcdService = &services.Service{
 
 // etcdCluster is three etcd members; named by its variable, it takes the
 // ETCDCTL_* credentials and TLS settings.
-var etcdCluster = services.ClusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", etcdService, services.ThreeOf(etcdservice.StartCluster)).
-	WithSecurityOf(etcdService, etcdFromEnv("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER")).
+var etcdCluster = services.ClusterOf("etcd-cluster", "an etcd cluster", "three etcd members", "LOCKSUITE_ETCD_CLUSTER", Service, services.ThreeOf(etcdservice.StartCluster)).
+	WithSecurityOf(Service, etcdFromEnv("etcd-cluster", "LOCKSUITE_ETCD_CLUSTER")).
 	OnThreeNodes(services.ThreeOn(etcdservice.StartClusterOn))
 
 const etcdServerModule = "go.etcd.io/etcd/server/v3"
@@ -54,9 +54,9 @@ const etcdServerModule = "go.etcd.io/etcd/server/v3"
 // server's (embedded).
 var etcdModules = []string{"go.etcd.io/etcd/client/v3", etcdServerModule}
 
-var etcdBackends = []services.Backend{
-	{Name: "etcd", Kind: services.Adapter, On: etcdService, Modules: etcdModules, NewLocker: newEtcd},
-	{Name: "etcd-mutex", Kind: services.Library, On: etcdService, Modules: etcdModules, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
+var Backends = []services.Backend{
+	{Name: "etcd", Kind: services.Adapter, On: Service, Modules: etcdModules, NewLocker: newEtcd},
+	{Name: "etcd-mutex", Kind: services.Library, On: Service, Modules: etcdModules, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 		// Not cl.Key itself: the counter store's keys are under
 		// cl.Key+"/", and the mutex would wait for them as for older
 		// waiters.

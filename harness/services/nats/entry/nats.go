@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -57,7 +57,7 @@ const natsServerModule = "github.com/nats-io/nats-server/v2"
 // server's (embedded).
 var natsModules = []string{"github.com/nats-io/nats.go", natsServerModule}
 
-var natsBackends = []services.Backend{
+var Backends = []services.Backend{
 	{Name: "nats-kv", Kind: services.Adapter, On: natsService, Modules: natsModules, NewLocker: newNATSKV},
 	{Name: "nats-cluster", Kind: services.Cluster, On: natsCluster, Modules: natsModules, NewLocker: func(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 		// The lock's bucket replicated on all three servers.

@@ -1,4 +1,4 @@
-package local
+package entry
 
 import (
 	"context"
@@ -31,7 +31,7 @@ var (
 // grant twice with no fault (suite.Config.Unsafe).
 const txnPoolerUnsafe = "a session advisory lock through PgBouncer in transaction pooling: the lock belongs to the server session, not to the client, and each of a client's statements may run on another client's server session (the harness's pooler has one, so every client's does), where pg_advisory_lock is granted at once to whoever asks (advisory locks are re-entrant per session) and the unlock can free another client's hold"
 
-var pgbouncerBackends = []services.Backend{
+var PoolerBackends = []services.Backend{
 	{Name: "postgres-pgbouncer", Kind: services.Pooler, On: pgbouncerOneService, Modules: []string{pgxModule}, NewLocker: newPooledPostgres,
 		Tune: func(cfg *suite.Config) { cfg.Unsafe = txnPoolerUnsafe }},
 	{Name: "pg-xact-pgbouncer", Kind: services.Pooler, On: pgbouncerService, Modules: []string{pgxModule}, NewLocker: newPooledPgXact},
@@ -53,7 +53,7 @@ func poolerService(name string, mode servers.PoolMode, pool int, v string) *serv
 	return &services.Service{
 		Name: name, Title: title,
 		Server: server + ") in front of its own initdb and postgres",
-		Lease:  postgresService.Lease, Pause: postgresService.Pause, Duration: postgresService.Duration,
+		Lease:  Service.Lease, Pause: Service.Pause, Duration: Service.Duration,
 		Vars:    []string{v},
 		FromEnv: func() (*services.Conn, error) { return poolerFromEnv(v) },
 		Start: func(ctx context.Context, _ ...servers.Option) (servers.Server, error) {
@@ -61,7 +61,7 @@ func poolerService(name string, mode servers.PoolMode, pool int, v string) *serv
 		},
 		Probe:      probePostgres,
 		Diagnose:   diagnosePostgres,
-		HostPortOf: pgHostPort,
+		HostPortOf: HostPort,
 		StartTLS:   true,
 		Servers:    poolerServers,
 		Version:    func() string { return services.BinVersion(nil, "pgbouncer", "/usr/sbin/pgbouncer") },
