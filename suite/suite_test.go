@@ -11,11 +11,16 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
 	"github.com/locksuite/locksuite/suite/local/localtest"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // TestSuite runs every spec on the four real backends, which the harness
 // starts itself (or takes from REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR,

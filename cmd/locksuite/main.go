@@ -15,6 +15,7 @@ import (
 	"os"
 
 	"github.com/locksuite/locksuite/harness/kuberun"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/worker"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -22,6 +23,11 @@ import (
 )
 
 func main() {
+	// A process this binary was run again in a role of (a cluster member,
+	// a Kubernetes node) serves it: harness/role.
+	if code, ok := role.Serve(); ok {
+		os.Exit(code)
+	}
 	// The PID 1 of a worker's pod (locksuite run --kubernetes) supervises
 	// the worker, this binary again, and exits.
 	worker.SuperviseIfAsked()
