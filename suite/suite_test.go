@@ -37,7 +37,7 @@ func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 // the CLI (docs/pitfalls.md).
 func TestSuite(t *testing.T) {
 	artifacts := ""
-	if _, isWorker, _ := worker.FromEnv(); !isWorker { // a worker exits without cleaning up
+	if _, isWorker, _ := worker.FromEnv(); !isWorker { // a worker writes no artifacts
 		artifacts = t.TempDir()
 	}
 	env := localtest.Start(t, context.Background(), local.Names)
@@ -67,6 +67,9 @@ func TestSuite(t *testing.T) {
 		}
 	}
 	res := suite.Execute(t, suite.Options{Scenarios: scenarios}, cfgs...)
+	if res.Worker {
+		return
+	}
 	fmt.Printf("\nlocksuite: %d runs\n", len(res.Rows))
 	_ = report.WriteMatrix(os.Stdout, res.Rows)
 }
