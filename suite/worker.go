@@ -58,16 +58,18 @@ func serveWorker(mustMatch bool, cfgs ...*Config) (bool, error) {
 		return true, served.err
 	}
 	i := slices.IndexFunc(cfgs, func(c *Config) bool { return target(c) == spec.Target })
+	if err == nil && i < 0 && !mustMatch {
+		return false, nil
+	}
+	served.done = true // before the worker runs: one that panics is not served again
 	switch {
 	case err != nil:
 	case i >= 0:
 		err = runWorker(spec, cfgs[i])
-	case !mustMatch:
-		return false, nil
 	default:
 		err = fmt.Errorf("locksuite worker: no Config named %q in this run", spec.Target)
 	}
-	served.done, served.err = true, err
+	served.err = err
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
