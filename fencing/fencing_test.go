@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +16,15 @@ import (
 	"github.com/locksuite/locksuite/fencing"
 	"github.com/locksuite/locksuite/fencing/etcdstore"
 	"github.com/locksuite/locksuite/fencing/pgstore"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/harness/services/etcd"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // TestStores runs the same table against a real Postgres and a real
 // (embedded) etcd: each step is an operation with a token and the outcome a

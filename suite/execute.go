@@ -17,7 +17,6 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/locksuite/locksuite/harness/report"
-	"github.com/locksuite/locksuite/harness/worker"
 )
 
 // Options says how Execute runs the suite. The zero value runs every
@@ -96,6 +95,9 @@ type Results struct {
 	// Unregistered says, for each Config that Execute did not register,
 	// which and why ("mylock lock, fenced: not registered: ...").
 	Unregistered []string
+	// Worker: this process is a chaos worker, and Execute served as the
+	// worker instead of running the suite (Rows is empty; see Execute).
+	Worker bool
 }
 
 // Execute registers the specs of every cfg, runs them as one Ginkgo suite
@@ -112,9 +114,31 @@ type Results struct {
 // what is wrong.
 //
 // Each Config's Report, if set, is still called with each row as its spec
-// ends. In a chaos worker process, Execute serves as the worker for its
-// Config and exits the process (see GinkgoTest).
+// ends.
+//
+// In a chaos worker process (this binary run again by a chaos scenario:
+// see harness/worker), Execute registers and runs nothing: it serves as
+// the worker of the Config among cfgs that the process was started for,
+// and returns once the worker is done, with Results.Worker set, Passed
+// whether the worker ran to its end, and Unregistered saying why not (a
+// Config not among cfgs, or the worker's error); then it has called
+// t.Fail. The caller returns too, and the process ends as a test or a
+// command ends: the worker's coordinator reads its outcome from its events
+// and its end. The worker of a test is run with -test.run narrowed to t's
+// test.
 func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
+	ptrs := make([]*Config, len(cfgs))
+	for i := range cfgs {
+		ptrs[i] = &cfgs[i]
+	}
+	if served, err := serveWorker(true, ptrs...); served {
+		res := Results{Worker: true, Passed: err == nil}
+		if err != nil {
+			res.Unregistered = []string{workerError(err).Error()}
+			t.Fail()
+		}
+		return res
+	}
 	if o.Parallel < 0 || o.Repeat < 0 || o.Shard.Total > 1 && (o.Shard.Index < 1 || o.Shard.Index > o.Shard.Total) {
 		return Results{Unregistered: []string{fmt.Sprintf("suite: Options.Parallel %d and Repeat %d must not be negative, and Shard %d of %d must be between 1 and its Total",
 			o.Parallel, o.Repeat, o.Shard.Index, o.Shard.Total)}}
@@ -142,7 +166,6 @@ func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
 	if sc.ParallelTotal > 1 || len(sc.FocusFiles) > 0 || len(sc.SkipFiles) > 0 {
 		parallel = 1
 	}
-	_, isWorker, _ := worker.FromEnv()
 	name := ""
 	if n, ok := t.(interface{ Name() string }); ok {
 		name = n.Name()
@@ -153,30 +176,27 @@ func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
 		sizes []string // each registered Config's, printed before the specs
 	)
 	var sched *scheduler
-	if parallel > 1 && !isWorker {
+	if parallel > 1 {
 		sched = newScheduler(parallel, sc)
 		defer sched.stop()
 	}
 	for i := range cfgs {
 		cfg := &cfgs[i]
-		if next := cfg.Report; !isWorker {
-			cfg.Report = func(r report.Row) {
-				r.Shard = o.Shard.String()
-				mu.Lock()
-				res.Rows = append(res.Rows, r)
-				mu.Unlock()
-				if next != nil {
-					next(r)
-				}
+		next := cfg.Report
+		cfg.Report = func(r report.Row) {
+			r.Shard = o.Shard.String()
+			mu.Lock()
+			res.Rows = append(res.Rows, r)
+			mu.Unlock()
+			if next != nil {
+				next(r)
 			}
 		}
 		if cfg.workerArgv == nil {
-			cfg.workerArgv = workerArgv(name)
+			cfg.workerArgv = workerArgv(name, false)
 		}
-		if !isWorker {
-			sizes = append(sizes, fmt.Sprintf("locksuite: %s: %s", describe(cfg), cfg.Sizes()))
-		}
-		if !isWorker && cfg.Fenced {
+		sizes = append(sizes, fmt.Sprintf("locksuite: %s: %s", describe(cfg), cfg.Sizes()))
+		if cfg.Fenced {
 			if reason := cannotFence(*cfg); reason != "" {
 				res.Unregistered = append(res.Unregistered, describe(cfg)+": not registered: "+reason)
 				sizes = sizes[:len(sizes)-1]
@@ -191,15 +211,10 @@ func Execute(t GinkgoTestingT, o Options, cfgs ...Config) Results {
 			mine[r.Run] = append(mine[r.Run], *scenarioNamed(r.Scenario))
 		}
 		for _, m := range mine {
-			if len(m) > 0 || isWorker {
+			if len(m) > 0 {
 				register(cfg, m, sched)
 			}
 		}
-	}
-	if spec, ok, _ := worker.FromEnv(); ok {
-		// A worker process whose Config is not among cfgs: say so, and end.
-		fmt.Fprintf(os.Stderr, "locksuite worker: no Config named %q in this run\n", spec.Target)
-		os.Exit(3)
 	}
 	RegisterFailHandler(Fail)
 	restore := func() {}

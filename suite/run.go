@@ -97,8 +97,13 @@ func skipped(cfg Config, scenario string, err error) (report.Row, bool) {
 // the scenario.
 //
 // In a chaos worker process started by Run, Run for the worker's Config
-// serves as the worker and exits the process: a tool that calls Run must
-// build the same Config when it is run again as a worker.
+// serves as the worker and returns ErrWorker (wrapping the worker's error
+// if it failed), with no row: the caller has nothing more to do, and
+// returns (a tool ends, failing if the error wraps another; a test returns).
+// In a test binary, the worker is run with -test.run narrowed to the
+// top-level test whose goroutine calls Run.
+// A tool that calls Run must build the same Config when it is run again as
+// a worker.
 //
 // A panic of the Locker, Lease or Store under test, and an Acquire that
 // does not return once its context is done, end the scenario with an error
@@ -110,9 +115,14 @@ func Run(ctx context.Context, cfg Config, scenario string) (row report.Row, err 
 			row, err = report.Row{}, &run.Error{Backend: cfg.Name, Scenario: scenario, Err: &traffic.PanicError{Value: p, Stack: debug.Stack()}}
 		}
 	}()
-	serveIfWorker(&cfg)
+	if served, err := serveWorker(false, &cfg); served {
+		return report.Row{}, workerError(err)
+	}
 	if spec, ok, _ := worker.FromEnv(); ok {
 		return report.Row{}, fmt.Errorf("suite: this process is a worker for %q, not for %q", spec.Target, target(&cfg))
+	}
+	if cfg.workerArgv == nil {
+		cfg.workerArgv = testArgv()
 	}
 	if err := cfg.Validate(); err != nil {
 		return report.Row{}, err

@@ -51,7 +51,9 @@ import (
 // (Ginkgo allows one RunSpecs per test binary: pass every Config here),
 // through Execute with Options{}: every scenario, DefaultParallel runs at
 // a time (ParallelEnv sets it). t is a *testing.T, or any
-// ginkgo.GinkgoTestingT. It reports whether all specs passed.
+// ginkgo.GinkgoTestingT. It reports whether all specs passed; in a chaos
+// worker process, whether the worker ran to its end (see Execute: Test
+// serves as the worker and returns, and the test should return too).
 //
 // A fenced Config whose lock gives no fencing token is not registered
 // (see Execute), and Test says so in one line of its output. Before the
@@ -63,7 +65,7 @@ import (
 // Markdown there.
 func Test(t GinkgoTestingT, cfgs ...Config) bool {
 	res := Execute(t, Options{}, cfgs...)
-	if _, isWorker, _ := worker.FromEnv(); isWorker {
+	if res.Worker {
 		return res.Passed
 	}
 	writeMatrix(res.Rows, res.Unregistered)
@@ -181,19 +183,28 @@ func logf(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args
 // scenario itself, one after another (Execute can run them ahead, several at
 // once).
 //
-// In a chaos worker process (see harness/worker), GinkgoTest for the
-// worker's Config runs the worker and exits the process instead.
+// In a chaos worker process (see harness/worker), GinkgoTest registers
+// nothing: for the worker's Config it serves as the worker, and returns
+// once the worker is done (a worker that fails says why on its standard
+// error; its coordinator reads the failure from its events). The worker
+// is run with -test.run narrowed to the test that runs the Ginkgo suite
+// (the one whose goroutine calls GinkgoTest, as a container's body within
+// RunSpecs does), and with -ginkgo.dry-run, so that its RunSpecs then runs
+// no spec.
 func GinkgoTest(cfg *Config) {
+	if _, isWorker, _ := worker.FromEnv(); isWorker {
+		_, _ = serveWorker(false, cfg)
+		return
+	}
+	if cfg.workerArgv == nil {
+		cfg.workerArgv = testArgv()
+	}
 	register(cfg, Scenarios(), nil)
 }
 
 // register registers cfg's specs of the given scenarios: run by sched
 // ahead of their specs, or, with sched nil, each inside its spec.
 func register(cfg *Config, scenarios []Scenario, sched *scheduler) {
-	serveIfWorker(cfg)
-	if _, ok, _ := worker.FromEnv(); ok {
-		return // a worker for another Config: register nothing
-	}
 	runID := newRunID()
 	var frozen Config // what sched's jobs run: cfg as registered
 	if sched != nil {

@@ -11,11 +11,16 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/worker"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local"
 	"github.com/locksuite/locksuite/suite/local/localtest"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // TestSuite runs every spec on the four real backends, which the harness
 // starts itself (or takes from REDIS_URL, DATABASE_URL, CONSUL_HTTP_ADDR,
@@ -32,7 +37,7 @@ import (
 // the CLI (docs/pitfalls.md).
 func TestSuite(t *testing.T) {
 	artifacts := ""
-	if _, isWorker, _ := worker.FromEnv(); !isWorker { // a worker exits without cleaning up
+	if _, isWorker, _ := worker.FromEnv(); !isWorker { // a worker writes no artifacts
 		artifacts = t.TempDir()
 	}
 	env := localtest.Start(t, context.Background(), local.Names)
@@ -62,6 +67,9 @@ func TestSuite(t *testing.T) {
 		}
 	}
 	res := suite.Execute(t, suite.Options{Scenarios: scenarios}, cfgs...)
+	if res.Worker {
+		return
+	}
 	fmt.Printf("\nlocksuite: %d runs\n", len(res.Rows))
 	_ = report.WriteMatrix(os.Stdout, res.Rows)
 }

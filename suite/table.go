@@ -38,7 +38,7 @@ func workers(faulted, stalls bool) func(*Config, *run.Setup) run.Load {
 	return func(c *Config, _ *run.Setup) run.Load {
 		w := &run.Workers{Target: target(c), Argv: c.workerArgv, Env: c.WorkerEnv, Count: c.Chaos.Workers, For: c.Chaos.Duration, Starter: c.WorkerStarter}
 		if w.Argv == nil {
-			w.Argv = workerArgv("")
+			w.Argv = workerArgv("", false) // not a test binary (testArgv)
 		}
 		if faulted {
 			w.Pause = c.Chaos.Pause

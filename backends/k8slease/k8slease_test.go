@@ -3,6 +3,7 @@ package k8slease
 import (
 	"context"
 	"net"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -14,8 +15,13 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/kube/kubetest"
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/services/kube"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 func newLocker(t *testing.T, s kube.API, name string, dial func(context.Context, string, string) (net.Conn, error)) *locker {
 	t.Helper()

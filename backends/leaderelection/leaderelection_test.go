@@ -3,6 +3,7 @@ package leaderelection
 import (
 	"context"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -10,8 +11,13 @@ import (
 	"github.com/locksuite/locksuite/backends/internal/kube/kubetest"
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/services/kube"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 func newLocker(t *testing.T, s kube.API, name string, ttl time.Duration, dial func(context.Context, string, string) (net.Conn, error)) *locker {
 	t.Helper()

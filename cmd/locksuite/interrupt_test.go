@@ -13,12 +13,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/internal/tempdir"
 )
 
 // TestMain lets the test binary act as the CLI, so that a test can run it
-// as a child process and interrupt it.
+// as a child process and interrupt it; first, as main, it serves the role
+// the binary was run again in (harness/role).
 func TestMain(m *testing.M) {
+	if code, ok := role.Serve(); ok {
+		os.Exit(code)
+	}
 	if os.Getenv("LOCKSUITE_TEST_AS_CLI") == "1" {
 		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -14,20 +14,22 @@ import (
 	"io"
 	"os"
 
-	"github.com/locksuite/locksuite/harness/kuberun"
-	"github.com/locksuite/locksuite/harness/worker"
+	"github.com/locksuite/locksuite/harness/role"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 )
 
 func main() {
-	// The PID 1 of a worker's pod (locksuite run --kubernetes) supervises
-	// the worker, this binary again, and exits.
-	worker.SuperviseIfAsked()
-	// The PID 1 of a lock service's pod supervises the server (and the
-	// init container of Redis's pod copies this binary into it).
-	kuberun.ServeIfAsked()
+	// A process this binary was run again in a role of serves it
+	// (harness/role): a cluster member, a Kubernetes node, the PID 1 of a
+	// worker's pod (locksuite run --kubernetes), which supervises the
+	// worker, this binary again, or of a lock service's pod, which
+	// supervises the server (and the init container of Redis's pod, which
+	// copies this binary into it).
+	if code, ok := role.Serve(); ok {
+		os.Exit(code)
+	}
 	// go-redis logs every Sentinel failover it follows on stderr, which
 	// carries the CLI's own messages; the rows report the failover.
 	goredis.SetLogger(&logging.VoidLogger{})

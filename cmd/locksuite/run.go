@@ -207,7 +207,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	res.planned = len(rows) + planned
 	res.begin(rows)
 	specLog := ""
-	if _, isWorker, _ := worker.FromEnv(); !isWorker { // a worker serves and exits in Execute
+	if !isWorker { // a worker serves in Execute, and writes no spec log
 		if specLog, err = specLogPath(specLogIn(o, art)); err != nil {
 			return err
 		}
@@ -216,6 +216,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	out := suite.Execute(&tb{}, opts, cfgs...)
 	if prog != nil {
 		prog.close()
+	}
+	if out.Worker { // served: its coordinator has its events
+		if !out.Passed {
+			return errors.New(strings.Join(out.Unregistered, "; "))
+		}
+		return nil
 	}
 	for _, u := range out.Unregistered {
 		fmt.Fprintf(stderr, "locksuite: %s\n", u)

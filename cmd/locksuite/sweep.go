@@ -124,6 +124,9 @@ Flags:
 			cfg.Chaos.Duration = time.Second
 			cfg.Artifacts = files
 			row, err := suite.Run(ctx, cfg, suite.PauseTargeted)
+			if err == suite.ErrWorker { // served as a chaos worker, to its end
+				return nil
+			}
 			if err != nil {
 				return err
 			}

@@ -225,8 +225,9 @@ func (r *Run) pod(name, role string, env []corev1.EnvVar, args []string) *corev1
 // StartEtcd runs the lock service, etcd, as a pod of the Run: this
 // binary's own embedded etcd (as harness/servers runs a member process),
 // its data in an emptyDir, listening on the pod's address, port 2379,
-// under the pod's supervisor (ServeIfAsked). It returns the Service once
-// the driver can reach it and etcd is healthy.
+// under the pod's supervisor (ServiceEnv, a role that harness/role's Serve
+// dispatches). It returns the Service once the driver can reach it and
+// etcd is healthy.
 func (r *Run) StartEtcd(ctx context.Context) (*Service, error) {
 	spec, _ := json.Marshal(map[string]string{
 		"name": "etcd", "dir": "/data/etcd",

@@ -23,9 +23,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/roles"
 )
 
-// ServiceEnv makes this binary a lock service's supervisor (ServeIfAsked),
+// ServiceEnv makes this binary a lock service's supervisor (serviceRole),
 // the PID 1 of the service's container: its value is a JSON serviceSpec.
 // CopySelfEnv makes it copy itself to the path it names and exit: the init
 // container that puts the supervisor into an image that does not have it
@@ -52,11 +53,28 @@ type serviceSpec struct {
 	Env []string `json:"env,omitempty"`
 }
 
-// ServeIfAsked makes this process what CopySelfEnv or ServiceEnv asks for,
-// and exits with its status; it returns when neither is set. As a
-// service's supervisor it runs its arguments (none: this binary again) as
-// the server, in a process group of its own, and on its control port
-// obeys, from a connection whose line starts with the token:
+// A process with CopySelfEnv or ServiceEnv set is what it asks for: the
+// roles that harness/role's Serve dispatches (copySelfRole, serviceRole).
+func init() {
+	roles.Add(CopySelfEnv, copySelfRole)
+	roles.Add(ServiceEnv, serviceRole)
+}
+
+// copySelfRole is the init container's role: it copies this binary to
+// path, and returns 0, or 1 when it could not.
+func copySelfRole(path string) int {
+	if err := copySelf(path); err != nil {
+		fmt.Fprintf(os.Stderr, "locksuite: copy to %s: %v\n", path, err)
+		return 1
+	}
+	return 0
+}
+
+// serviceRole is a lock service's supervisor, its ServiceEnv the JSON
+// serviceSpec v (the status 2 when it is not). It runs its arguments
+// (none: this binary again) as the server, in a process group of its own,
+// and on its control port obeys, from a connection whose line starts with
+// the token:
 //
 //	"<token> stop", "<token> cont": SIGSTOP, SIGCONT of the server's group,
 //	   answered once /proc shows the server stopped or running;
@@ -64,29 +82,18 @@ type serviceSpec struct {
 //	"<token> crash": SIGKILL of the group and, once the server has exited, the
 //	   same command started again at once: the same address and data;
 //
-// each answered by "ok" or "error <text>". A server that exits on its own ends the supervisor with
-// status 1, so that the pod's status shows it; SIGTERM kills the server and
-// ends it with status 0.
-func ServeIfAsked() {
-	if p := os.Getenv(CopySelfEnv); p != "" {
-		if err := copySelf(p); err != nil {
-			fmt.Fprintf(os.Stderr, "locksuite: copy to %s: %v\n", p, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	v := os.Getenv(ServiceEnv)
-	if v == "" {
-		return
-	}
+// each answered by "ok" or "error <text>". A server that exits on its own
+// ends the supervisor with status 1, so that the pod's status shows it;
+// SIGTERM kills the server and ends it with status 0.
+func serviceRole(v string) int {
 	var s serviceSpec
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
 		fmt.Fprintf(os.Stderr, "supervisor: bad %s %q: %v\n", ServiceEnv, v, err)
-		os.Exit(2)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	os.Exit(superviseService(ctx, s, os.Args[1:], os.Stderr))
+	return superviseService(ctx, s, os.Args[1:], os.Stderr)
 }
 
 // copySelf copies this binary to path, executable.
@@ -111,7 +118,7 @@ func copySelf(path string) error {
 	return out.Close()
 }
 
-// superviseService is ServeIfAsked's supervisor, until ctx ends.
+// superviseService is serviceRole's supervisor, until ctx ends.
 func superviseService(ctx context.Context, s serviceSpec, argv []string, logw io.Writer) int {
 	logf := func(format string, a ...any) { fmt.Fprintf(logw, "supervisor: "+format+"\n", a...) }
 	if len(argv) == 0 {
@@ -302,7 +309,7 @@ var errNoPower = errors.New("a pod's volume cannot lose power here: power-loss n
 // a harness/servers Server (Name; Endpoint, the URL its clients use; Stop
 // deletes the pod), and for the server faults a faults.Service
 // (suite.Servers) of one member, the server process, which the pod's
-// supervisor stops, continues and kills (ServeIfAsked), and a
+// supervisor stops, continues and kills (serviceRole), and a
 // faults.Crasher (suite.Crasher): Crash has the supervisor SIGKILL the
 // server and start it again at once in the same pod, on the same address
 // and the same emptyDir data, as the server-crash scenario asks. (A pod

@@ -5,13 +5,19 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/role"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // TestServiceSupervisor runs a service supervisor's server (sleep, as the
 // lock server) and its control connection on this machine, without a

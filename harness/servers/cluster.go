@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/roles"
 	"github.com/locksuite/locksuite/internal/spawn"
 )
 
@@ -190,38 +191,17 @@ func Running(ms []*Member) ([]*Member, error) {
 	return out, nil
 }
 
-// ServeMember makes this process a server's process when it was started
-// as one (harness/services/etcd's cluster.go says why members re-run
-// this binary), from an init function of the package that serves it: when
-// the variable env is set, it decodes the member's spec (JSON) from it, or
-// from the file it names after an "@", runs serve and exits with its
-// status (2 for a bad spec). Otherwise it returns at once.
-func ServeMember[S any](env, what string, serve func(S) int) {
-	v := os.Getenv(env)
-	if v == "" {
-		return
-	}
-	b := []byte(v)
-	if path, ok := strings.CutPrefix(v, "@"); ok {
-		var err error
-		if b, err = os.ReadFile(path); err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
-			os.Exit(2)
-		}
-	}
-	var s S
-	if err := json.Unmarshal(b, &s); err != nil {
-		fmt.Fprintf(os.Stderr, "%s member: bad %s: %v\n", what, env, err)
-		os.Exit(2)
-	}
-	os.Exit(serve(s))
-}
-
 // StartSelfMember starts, with start (spawn.Start, or Node.Start), this
-// binary again as the member name of spec (see ServeMember), its directory
-// and its log in dir (as Launch). The spec is a file in dir
-// (mode 0600: it may hold a password), named by the variable env.
+// binary again as the member name of spec, its directory and its log in dir
+// (as Launch). The spec is a file in dir (mode 0600: it may hold a
+// password), named by the variable env: the role that the package serving
+// the member adds (harness/role dispatches it). It refuses, before
+// starting anything, in a binary whose main or TestMain did not call
+// role.Serve: the member would run the tests, or the command, again.
 func StartSelfMember(start func(*exec.Cmd) error, name, dir, env string, spec any) (*Proc, error) {
+	if !roles.Dispatched() {
+		return nil, fmt.Errorf("%s: this binary cannot run its members: its TestMain (or main) must call role.Serve first (harness/role; in TestMain, os.Exit(role.Main(m)))", name)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -238,7 +218,7 @@ func StartSelfMember(start func(*exec.Cmd) error, name, dir, env string, spec an
 }
 
 // StopSignal returns a channel that receives the SIGTERM (or SIGINT) that
-// ends a member process (ServeMember's serve waits for it).
+// ends a member process (a member's serve waits for it).
 func StopSignal() <-chan os.Signal {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)

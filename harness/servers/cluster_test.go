@@ -2,6 +2,8 @@ package servers_test
 
 import (
 	"context"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/locksuite/locksuite/harness/servers"
@@ -26,4 +28,16 @@ func TestClusters(t *testing.T) {
 		{Name: "zookeeper-ensemble", Start: servertest.Three(servers.StartZooKeeperEnsemble, func(c *servers.ZooKeeperEnsemble) string { return dir(c) })},
 		{Name: "consul-cluster", Start: servertest.Three(servers.StartConsulCluster, func(c *servers.ConsulCluster) string { return dir(c) })},
 	})
+}
+
+// TestStartSelfMemberUndispatched: in a binary that did not call
+// harness/role's Serve (this test binary has no TestMain), a member is not
+// started, since it would run these tests again; the error says what to
+// call.
+func TestStartSelfMemberUndispatched(t *testing.T) {
+	started := false
+	_, err := servers.StartSelfMember(func(*exec.Cmd) error { started = true; return nil }, "m1", t.TempDir(), "LOCKSUITE_TEST_MEMBER", struct{}{})
+	if err == nil || started || !strings.Contains(err.Error(), "role.Serve") {
+		t.Fatalf("started %v, err %v; want an error naming role.Serve", started, err)
+	}
 }

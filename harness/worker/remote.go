@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/internal/roles"
 )
 
 // Process is the coordinator's handle on one worker, wherever it runs: a
@@ -63,9 +64,9 @@ var (
 	_ Process = (*Remote)(nil)
 )
 
-// SupervisorEnv makes a process a worker's supervisor (Supervise): its
-// value is the coordinator's address (host:port) and the worker's token,
-// separated by a space.
+// SupervisorEnv makes a process a worker's supervisor (Supervise, served
+// by harness/role's Serve): its value is the coordinator's address
+// (host:port) and the worker's token, separated by a space.
 const SupervisorEnv = "LOCKSUITE_SUPERVISOR"
 
 // The protocol between a coordinator's Hub and a supervisor, over one TCP
@@ -90,20 +91,19 @@ const (
 // a cont, and to see its effect in /proc.
 const controlTimeout = 5 * time.Second
 
-// SuperviseIfAsked runs this process as a worker's supervisor if
-// SupervisorEnv is set (Supervise), and exits with its status. It returns
-// if the variable is not set.
-func SuperviseIfAsked() {
-	v := os.Getenv(SupervisorEnv)
-	if v == "" {
-		return
-	}
+// A process with SupervisorEnv set is a worker's supervisor: the role that
+// harness/role's Serve dispatches.
+func init() { roles.Add(SupervisorEnv, superviseRole) }
+
+// superviseRole is the supervisor role, SupervisorEnv's value v: Supervise,
+// or the status 2 for a value that is not "host:port token".
+func superviseRole(v string) int {
 	addr, token, ok := strings.Cut(v, " ")
 	if !ok {
 		fmt.Fprintf(os.Stderr, "supervisor: bad %s %q: want \"host:port token\"\n", SupervisorEnv, v)
-		os.Exit(2)
+		return 2
 	}
-	os.Exit(Supervise(addr, token, os.Getenv("NODE_NAME")))
+	return Supervise(addr, token, os.Getenv("NODE_NAME"))
 }
 
 // Supervise is a worker's supervisor, the PID 1 of a worker's container:

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/locksuite/locksuite/harness/role"
 )
 
 // fakeWorkerEnv makes the test binary, run again by a supervisor, a fake
@@ -20,7 +22,9 @@ import (
 const fakeWorkerEnv = "LOCKSUITE_TEST_FAKE_WORKER"
 
 func TestMain(m *testing.M) {
-	SuperviseIfAsked() // the supervisor of TestSupervisor
+	if code, ok := role.Serve(); ok { // the supervisor of TestSupervisor
+		os.Exit(code)
+	}
 	if os.Getenv(fakeWorkerEnv) == "1" {
 		os.Exit(fakeWorker())
 	}

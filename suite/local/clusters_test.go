@@ -10,9 +10,14 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // TestClusterFailover starts the three clusters and runs the failover
 // scenario on each, fencing off and on. etcd and Consul replicate through

@@ -3,6 +3,7 @@ package selfcheck_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,10 +11,15 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/report"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/suite"
 	"github.com/locksuite/locksuite/suite/local/localtest"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // promiseBreaker wraps the Redis adapter and breaks one promise of the
 // contract.

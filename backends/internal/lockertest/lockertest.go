@@ -18,6 +18,7 @@ import (
 
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/harness/faults"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/servers"
 )
 
@@ -316,8 +317,13 @@ func AuthAndTLS(t *testing.T, ctx context.Context, endpoint, password, target, w
 // starts (within a minute) and stops after m. It sets *addr to env's value
 // or to the started server's endpoint (what endpoint returns) and reports
 // how long the start took; a failed start is the exit code 1. A package's
-// TestMain is os.Exit(lockertest.Main(...)).
+// TestMain is os.Exit(lockertest.Main(...)). First, as role.Main, it serves
+// the role this binary was run again in, if any (harness/role), and
+// returns its status.
 func Main[S servers.Server](m *testing.M, env string, addr *string, start func(context.Context, ...servers.Option) (S, error), endpoint func(S) string) int {
+	if code, ok := role.Serve(); ok {
+		return code
+	}
 	if *addr = os.Getenv(env); *addr == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		t0 := time.Now()

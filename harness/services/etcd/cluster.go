@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/internal/roles"
 	"google.golang.org/grpc"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -51,12 +52,13 @@ type MemberSpec struct {
 // A member of an etcd cluster is this same binary run again with
 // LOCKSUITE_ETCD_MEMBER set: the process serves the embedded etcd server
 // (go.etcd.io/etcd/server/v3/embed, already linked into every binary that
-// uses this package) until SIGTERM, and never reaches main or the tests.
+// uses this package) until SIGTERM, from harness/role's Serve, which the
+// binary's main or TestMain calls first: it never reaches the tests.
 // Re-running the current binary, as harness/worker does for chaos workers,
 // needs no build step, no Go toolchain and no source tree at run time, and
 // the member runs exactly the etcd code the coordinator was built with; a
 // separately built `main` would need all three and a cache to invalidate.
-func init() { servers.ServeMember(memberEnv, "etcd", serveMember) }
+func init() { roles.Member(memberEnv, "etcd", serveMember) }
 
 // StartMember starts, with start (spawn.Start, or a node's Start), this
 // binary again as the etcd member spec.Name, its spec, log and directory

@@ -10,9 +10,14 @@ import (
 	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/internal/servercheck"
 
+	"github.com/locksuite/locksuite/harness/role"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // TestStartStop starts the embedded server, stops it, and checks that its
 // directory is gone.

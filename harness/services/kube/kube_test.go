@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,6 +19,10 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // startKube starts kube-apiserver for a test, or skips the test when the
 // binary is not built.

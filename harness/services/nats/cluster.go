@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/servers"
+	"github.com/locksuite/locksuite/internal/roles"
 	"github.com/locksuite/locksuite/internal/spawn"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
@@ -66,9 +67,9 @@ func (s memberSpec) options() (*natsserver.Options, error) {
 // A member of a NATS cluster is this same binary run again with
 // LOCKSUITE_NATS_MEMBER set: the process serves the embedded NATS server
 // (already linked into every binary that uses this package) until SIGTERM,
-// and never reaches main or the tests; why re-exec, see
+// from harness/role's Serve, and never reaches the tests; why re-exec, see
 // harness/services/etcd's cluster.go.
-func init() { servers.ServeMember(memberEnv, "nats", serveMember) }
+func init() { roles.Member(memberEnv, "nats", serveMember) }
 
 func serveMember(s memberSpec) int {
 	o, err := s.options()

@@ -3,16 +3,22 @@ package nats
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/servers/servertest"
 	"github.com/locksuite/locksuite/internal/servercheck"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // TestNATS starts the embedded server (timed), writes a JetStream KV key
 // through it, stops it, and checks that its store is gone. WithAuth and

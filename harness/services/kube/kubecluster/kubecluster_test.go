@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/locksuite/locksuite/harness/nodes"
+	"github.com/locksuite/locksuite/harness/role"
 	"github.com/locksuite/locksuite/harness/services/kube"
 	"github.com/locksuite/locksuite/internal/servercheck"
 	"github.com/locksuite/locksuite/internal/tempdir"
@@ -24,6 +25,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
+
+// TestMain serves the roles this test binary is run again in (a cluster
+// member, a Kubernetes node: harness/role) before any test.
+func TestMain(m *testing.M) { os.Exit(role.Main(m)) }
 
 // startKubeCluster starts a cluster for a test, or skips the test with the
 // reason when a part is missing (root, a binary, a package).

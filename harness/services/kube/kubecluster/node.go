@@ -16,6 +16,7 @@ import (
 
 	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/internal/owner"
+	"github.com/locksuite/locksuite/internal/roles"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +56,7 @@ var kubeNodePrivate = []string{"/run", "/var/lib", "/var/log"}
 
 // A node's holder is this same binary run again with LOCKSUITE_KUBE_NODE set
 // (harness/services/etcd's cluster.go says why the harness re-runs its
-// binary), started
+// binary; harness/role's Serve dispatches it), started
 // by Start with new PID, mount and UTS namespaces in the node's
 // network namespace. It is PID 1 there: it makes the node's private
 // mounts, starts containerd and kubelet as its children, reaps the orphans
@@ -65,7 +66,7 @@ var kubeNodePrivate = []string{"/run", "/var/lib", "/var/log"}
 // the mount namespace: the containers' overlay mounts, the pods' volume
 // mounts and network namespaces. Nothing of a node outlives its holder but
 // empty cgroups and its directory.
-func init() { servers.ServeMember(kubeNodeEnv, "kube node", serveKubeNode) }
+func init() { roles.Member(kubeNodeEnv, "kube node", serveKubeNode) }
 
 func serveKubeNode(s kubeNodeSpec) int {
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "kube node: "+format+"\n", a...) }
