@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	memcachedserver "github.com/locksuite/locksuite/harness/services/memcached"
+
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/internal/lockertest"
 	"github.com/locksuite/locksuite/backends/memcached"
 	"github.com/locksuite/locksuite/harness/faults"
-	"github.com/locksuite/locksuite/harness/servers"
 )
 
 // addr is the server the tests use: MEMCACHE_SERVERS (host:port) if set,
@@ -19,7 +20,7 @@ import (
 var addr string
 
 func TestMain(m *testing.M) {
-	os.Exit(lockertest.Main(m, "MEMCACHE_SERVERS", &addr, servers.StartMemcached, (*servers.Memcached).Endpoint))
+	os.Exit(lockertest.Main(m, "MEMCACHE_SERVERS", &addr, memcachedserver.Start, (*memcachedserver.Server).Endpoint))
 }
 
 // newLocker returns a Locker of key with lease, through proxy p if not

@@ -167,3 +167,16 @@ func (g *Group) StopWith(sig syscall.Signal, grace time.Duration, first func()) 
 // EachRunning runs check on each running member, in order, and returns its
 // first error (or Running's, when a member died or none runs).
 func (g *Group) EachRunning(check func(*Member) error) error { return g.eachRunning(check) }
+
+// ServiceDir returns the user to run a service's server as, and a new
+// TempDir "locksuite-<name>-*" that user owns: as root, the system user
+// named account, which the server's Debian package pkg creates; otherwise
+// cred is nil and the directory is this process's. Its errors are
+// Unavailable for backend.
+func ServiceDir(backend, name, account, pkg string) (cred *syscall.Credential, dir string, err error) {
+	return serviceDir(backend, name, account, pkg)
+}
+
+// LookPath finds the program bin on PATH or, failing that, in dirs (where
+// Debian installs servers outside a user's PATH, /usr/sbin).
+func LookPath(bin string, dirs ...string) (string, error) { return lookPath(bin, dirs...) }

@@ -5,9 +5,10 @@ import (
 	"strings"
 	"time"
 
+	memcachedserver "github.com/locksuite/locksuite/harness/services/memcached"
+
 	"github.com/locksuite/locksuite/backends"
 	"github.com/locksuite/locksuite/backends/memcached"
-	"github.com/locksuite/locksuite/harness/servers"
 	"github.com/locksuite/locksuite/harness/services"
 	"github.com/locksuite/locksuite/suite"
 )
@@ -22,7 +23,7 @@ var memcachedService = &services.Service{
 	Lease: time.Second, Pause: 3 * time.Second, Pauses: 3, Duration: 10 * time.Second,
 	Vars:       []string{"MEMCACHE_SERVERS"},
 	HostPortOf: memcachedAddr,
-	Start:      services.StartOf(servers.StartMemcached),
+	Start:      services.StartOf(memcachedserver.Start),
 	Probe: func(ctx context.Context, c *services.Conn) error {
 		return memcached.Ping(ctx, memcachedAddr(c.Endpoint), nil)
 	},
