@@ -234,8 +234,16 @@ Flags:
 }
 
 // kubeBackends are the backends --kubernetes runs: those whose service
-// runs as a pod (etcd's, Redis's and NATS's single server).
-var kubeBackends = []string{"etcd", "etcd-mutex", "redis", "redsync", "nats-kv"}
+// runs as a pod (local.Pod: etcd's, Redis's and NATS's single server).
+var kubeBackends = func() []string {
+	var out []string
+	for _, b := range local.Backends() {
+		if local.Pod(b) != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}()
 
 // checkKubernetes checks --kubernetes, --namespace and --image together.
 func checkKubernetes(o options, backends string) error {

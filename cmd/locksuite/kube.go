@@ -17,8 +17,8 @@ import (
 // startKube starts --kubernetes's run in the cluster of the kubeconfig
 // (KUBECONFIG, or ~/.kube/config): the Run (kuberun.Start, which deletes
 // the stale runs of the namespace first), its etcd pod (the counter's
-// store, and the etcd backends' service) and, for the redis and redsync
-// backends, its Redis pod, for nats-kv its NATS pod. It returns them as
+// store, and the etcd backends' service) and the pod of each other
+// service the backends run on (local.Pod: Redis's, NATS's). It returns them as
 // local.WithServer options.
 func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, []local.Option, error) {
 	t0 := time.Now()
@@ -41,17 +41,16 @@ func startKube(ctx context.Context, o options, stderr io.Writer) (*kuberun.Run, 
 	if sw := r.Swept(); len(sw) > 0 {
 		fmt.Fprintf(stderr, "locksuite: kubernetes: deleted the objects of %d stale runs (driver gone): %s\n", len(sw), strings.Join(sw, ", "))
 	}
-	starts := []func(context.Context) (*kuberun.Service, error){r.StartEtcd}
-	if slices.Contains(o.backends, "redis") || slices.Contains(o.backends, "redsync") {
-		starts = append(starts, r.StartRedis)
-	}
-	if slices.Contains(o.backends, "nats-kv") {
-		starts = append(starts, r.StartNATS)
+	starts := []string{"etcd"} // the counter's store
+	for _, b := range o.backends {
+		if p := local.Pod(b); p != "" && !slices.Contains(starts, p) {
+			starts = append(starts, p)
+		}
 	}
 	opts := []local.Option{local.WithStore("etcd")}
 	var pods []string
-	for _, start := range starts {
-		svc, err := start(ctx)
+	for _, name := range starts {
+		svc, err := r.StartPod(ctx, name)
 		if err != nil {
 			closeKube(r, stderr)
 			return nil, nil, err

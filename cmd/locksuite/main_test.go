@@ -49,7 +49,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"run", "--keep-broken", ""}, "--keep-broken is empty: give a directory, auto"},
 		{[]string{"run", "--namespace", "ci"}, "--namespace and --image go with --kubernetes"},
 		{[]string{"run", "--kubernetes", "--backends", "etcd"}, "--kubernetes needs --image"},
-		{[]string{"run", "--kubernetes", "--image", "x:1"}, "--kubernetes runs etcd,etcd-mutex,redis,redsync,nats-kv only, for now: give --backends etcd,redis"},
+		{[]string{"run", "--kubernetes", "--image", "x:1"}, "--kubernetes runs etcd,redis,nats-kv,etcd-mutex,redsync only, for now: give --backends etcd,redis"},
 		{[]string{"run", "--kubernetes", "--image", "x:1", "--backends", "etcd,memcached"}, "drop memcached from --backends (its service, memcached, has no pod in harness/kuberun)"},
 		{[]string{"run", "--kubernetes", "--image", "x:1", "--backends", "etcd", "--store", "postgres"}, "drop --store postgres"},
 		{[]string{"sweep", "--backend", "hazelcast"}, `--backend: unknown "hazelcast"`},

@@ -222,6 +222,21 @@ func (r *Run) pod(name, role string, env []corev1.EnvVar, args []string) *corev1
 	}
 }
 
+// StartPod starts the service pod named name: "etcd" (StartEtcd), "redis"
+// (StartRedis) or "nats" (StartNATS), the names a service's descriptor
+// gives (harness/services.Service.Pod).
+func (r *Run) StartPod(ctx context.Context, name string) (*Service, error) {
+	switch name {
+	case "etcd":
+		return r.StartEtcd(ctx)
+	case "redis":
+		return r.StartRedis(ctx)
+	case "nats":
+		return r.StartNATS(ctx)
+	}
+	return nil, fmt.Errorf("kuberun: no service pod %q: etcd, redis or nats", name)
+}
+
 // StartEtcd runs the lock service, etcd, as a pod of the Run: this
 // binary's own embedded etcd (as harness/servers runs a member process),
 // its data in an emptyDir, listening on the pod's address, port 2379,

@@ -29,77 +29,81 @@ const (
 // its file (redis.go, postgres.go, ...).
 type Service struct {
 	Name string
-	// title is how prose names the service ("Redis", "etcd"); server is
+	// Title is how prose names the service ("Redis", "etcd"); server is
 	// what the harness starts for it ("redis-server", "an embedded etcd
 	// server"): the CLI's help and the docs say them.
 	Title, Server string
-	// lease is the default lease: short, so that the pause scenarios take
+	// Lease is the default lease: short, so that the pause scenarios take
 	// well under a second where the server allows it.
 	Lease time.Duration
-	// pause and duration size the chaos scenarios: each pause longer than
+	// Pause and duration size the chaos scenarios: each pause longer than
 	// the service's expiry with the default lease, so that a pause inside
 	// a critical section lets a second holder in. pauses 0 means 4.
 	Pause, Duration time.Duration
 	Pauses          int
-	// vars are the environment variables that name and configure a server
+	// Vars are the environment variables that name and configure a server
 	// the user runs; those set are passed on to worker processes. The
 	// first one names the server (see environ).
 	Vars []string
-	// shared are variables of another service (its credentials and TLS
+	// Shared are variables of another service (its credentials and TLS
 	// settings) that fromEnv reads too: passed on to worker processes as
-	// vars are, and listed under that service.
+	// Vars are, and listed under that service.
 	Shared []string
-	// fromEnv reads vars: the named server's connection, or nil when the
+	// FromEnv reads vars: the named server's connection, or nil when the
 	// environment names none. Nil fromEnv: the first of vars is the
 	// server's address, as is.
 	FromEnv func() (*Conn, error)
-	// start starts a throwaway server (or several) on loopback, with
+	// Start starts a throwaway server (or several) on loopback, with
 	// opts: none, a variant's durability, or under WithCrash crashable
 	// ones (crashOptions).
 	Start func(ctx context.Context, opts ...servers.Option) (servers.Server, error)
-	// durability is the setting the harness's servers of this service
-	// start with under WithCrash (the packaged defaults where the
+	// Durability is the setting the harness's servers of this service
+	// Start with under WithCrash (the packaged defaults where the
 	// harness's own are faster and not durable; the harness's for Redis,
 	// without persistence, and NATS, whose default is the packaged one),
 	// and a variant's servers always: it is what the variant is.
 	Durability servers.Durability
 	Variant    bool
-	// timeout bounds start and the probe of a named server. Default 30 s.
+	// Timeout bounds start and the probe of a named server. Default 30 s.
 	Timeout time.Duration
-	// probe checks that a server answers this client (credentials
+	// Probe checks that a server answers this client (credentials
 	// included); nil: not checked.
 	Probe func(ctx context.Context, c *Conn) error
-	// diagnose names the problem and the fix of a failed probe (see
+	// Diagnose names the problem and the fix of a failed probe (see
 	// unavailable); nil: only the generic diagnosis.
 	Diagnose func(s Symptoms) (problem, fix string)
-	// startTLS: TLS is negotiated inside the protocol (Postgres's
+	// StartTLS: TLS is negotiated inside the protocol (Postgres's
 	// SSLRequest), so a bare TLS handshake says nothing about a failure.
 	StartTLS bool
-	// hostPortOf is the first server's host:port in an endpoint; nil: the
+	// HostPortOf is the first server's host:port in an endpoint; nil: the
 	// endpoint is host:port.
 	HostPortOf func(endpoint string) string
-	// environ is the variable (name=value) that points a worker process at
+	// Environ is the variable (name=value) that points a worker process at
 	// a server the harness started; nil: vars[0]=endpoint.
 	Environ func(endpoint string) string
-	// servers gives the suite a server the harness started, so that the
+	// Servers gives the suite a server the harness started, so that the
 	// server-fault and failover scenarios can stop, kill or move it; nil:
 	// no member to act on.
 	Servers func(sv *Service, s servers.Server) suite.Servers
-	// nodes, if not nil, starts the service anew on nodes, for the node
+	// Nodes, if not nil, starts the service anew on nodes, for the node
 	// scenarios (suite.Config.Nodes).
 	Nodes *OnNodes
-	// connect, if not nil, is the connection to a server the harness
+	// Connect, if not nil, is the connection to a server the harness
 	// started when its endpoint is not enough for the clients (kube: a
 	// rest.Config and a namespace), with the variables (conn.env) that
 	// point a worker process at it.
 	Connect func(s servers.Server) (*Conn, error)
-	// version is the version of the server the harness would start here,
+	// Version is the version of the server the harness would start here,
 	// for the run's environment report (see ServerVersions).
 	Version func() string
-	// noCompose is why docker-compose.yml has no service of this name
+	// NoCompose is why docker-compose.yml has no service of this name
 	// (TestDockerCompose); "": it has one.
 	NoCompose string
-	// store, if not nil, opens the counter store on the service (see
+	// Pod is the pod harness/kuberun starts for the service under the
+	// CLI's --kubernetes (kuberun.Run.StartPod's name: "etcd", "redis",
+	// "nats"); "": it has none, and --kubernetes refuses its backends.
+	Pod string
+	// Store, if not nil, opens the counter store on the service (see
 	// stores in store.go).
 	Store func(ctx context.Context, c *Conn) (*CounterStore, error)
 }
@@ -110,21 +114,21 @@ type Backend struct {
 	Name string
 	Kind Kind
 	On   *Service
-	// newLocker makes one client's Locker on the server(s) at c.
+	// NewLocker makes one client's Locker on the server(s) at c.
 	NewLocker func(c *Conn, cl suite.Client) (backends.Locker, error)
-	// tune, if not nil, adjusts the backend's Config.
+	// Tune, if not nil, adjusts the backend's Config.
 	Tune func(cfg *suite.Config)
-	// whenNamed: started only when named, never by "all" or "libraries"
+	// WhenNamed: started only when named, never by "all" or "libraries"
 	// (WhenNamed lists them, not Names or Libraries): its server is costly
 	// to build and start.
 	WhenNamed bool
-	// modules are the Go modules of the Locker's client (and of the
+	// Modules are the Go modules of the Locker's client (and of the
 	// server, where it is embedded), for the environment report.
 	Modules []string
-	// ownClient says which protocol the adapter speaks itself, with no
+	// OwnClient says which protocol the adapter speaks itself, with no
 	// client module ("memcached's meta protocol"); modules is then empty.
 	OwnClient string
-	// worker is the shipped worker (backends/foreign/workers) of a
+	// Worker is the shipped worker (backends/foreign/workers) of a
 	// language backend: Start prepares it and asks it what it is.
 	Worker string
 }
@@ -181,7 +185,7 @@ func VariantOf(single *Service, name, title, server, v string, d servers.Durabil
 	s := *single
 	s.Name, s.Title, s.Server, s.Vars, s.Shared, s.FromEnv = name, title, server, []string{v}, single.Vars[1:], fromEnv
 	s.Durability, s.Variant = d, true
-	s.Store, s.Nodes = nil, nil
+	s.Store, s.Nodes, s.Pod = nil, nil, ""
 	if single.Environ != nil {
 		s.Environ = func(ep string) string {
 			_, val, _ := strings.Cut(single.Environ(ep), "=")

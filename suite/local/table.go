@@ -134,6 +134,21 @@ type Service struct {
 	Variable string
 	// Backends are the backends on it, in report order.
 	Backends []string
+	// Pod is the pod harness/kuberun starts for it under --kubernetes
+	// (kuberun.Run.StartPod), "" if it has none.
+	Pod string
+}
+
+// Pod is the pod harness/kuberun starts for backend n's service under the
+// CLI's --kubernetes (kuberun.Run.StartPod's name), and "" when there is
+// none: its service has no pod, or n is a library of another language,
+// whose worker needs a runtime the locksuite image does not have.
+func Pod(n string) string {
+	b, ok := lookup(n)
+	if !ok || b.Worker != "" {
+		return ""
+	}
+	return b.On.Pod
 }
 
 // Services lists every service, in table order: the adapters' services
@@ -141,7 +156,7 @@ type Service struct {
 func Services() []Service {
 	var out []Service
 	for _, s := range allServices() {
-		sv := Service{Name: s.Name, Title: s.Title, Server: s.Server, Variable: s.Vars[0]}
+		sv := Service{Name: s.Name, Title: s.Title, Server: s.Server, Variable: s.Vars[0], Pod: s.Pod}
 		for _, b := range table.backends {
 			if b.On == s {
 				sv.Backends = append(sv.Backends, b.Name)

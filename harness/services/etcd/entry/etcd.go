@@ -24,10 +24,11 @@ import (
 	"github.com/locksuite/locksuite/suite"
 )
 
-// etcdService is an etcd server embedded in this process, or the one
+// Service is an etcd server embedded in this process, or the one
 // ETCDCTL_ENDPOINTS names. It holds the counter store when Postgres does
 // not (stores).
 var Service = &services.Service{
+	Pod:  "etcd",
 	Name: "etcd", Title: "etcd", Server: "an embedded etcd server",
 	Lease: time.Second, Pause: 2 * time.Second, Pauses: 3, Duration: 8 * time.Second,
 	Vars:       []string{"ETCDCTL_ENDPOINTS", "ETCDCTL_CACERT", "ETCDCTL_CERT", "ETCDCTL_KEY", "ETCDCTL_USER", "ETCDCTL_PASSWORD", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY"},

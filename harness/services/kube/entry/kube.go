@@ -30,7 +30,7 @@ import (
 	"github.com/locksuite/locksuite/suite"
 )
 
-// KubeNamespaceEnv, with KUBECONFIG, names a namespace that exists in the
+// NamespaceEnv, with KUBECONFIG, names a namespace that exists in the
 // kubeconfig's cluster: the suite then uses it as it is (it creates and
 // deletes only its Leases there) instead of creating a namespace of its
 // own. Worker processes reach their coordinator's Kubernetes API through

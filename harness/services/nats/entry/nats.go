@@ -25,6 +25,7 @@ import (
 // or the one NATS_URL names. The server refuses per-key TTLs under a
 // second.
 var natsService = &services.Service{
+	Pod:  "nats",
 	Name: "nats", Title: "NATS", Server: "an embedded nats-server",
 	Lease: time.Second, Pause: 2 * time.Second, Pauses: 3, Duration: 8 * time.Second,
 	Vars:       []string{"NATS_URL"},

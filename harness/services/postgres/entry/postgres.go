@@ -22,7 +22,7 @@ import (
 	"github.com/locksuite/locksuite/suite"
 )
 
-// postgresService is a throwaway PostgreSQL cluster (initdb, then
+// Service is a throwaway PostgreSQL cluster (initdb, then
 // postgres), or the server libpq's variables name. It also holds the
 // counter store (stores).
 var Service = &services.Service{
@@ -136,7 +136,7 @@ func diagnosePostgres(s services.Symptoms) (problem, fix string) {
 	return "", "check DATABASE_URL or the PG* variables, or unset them to let the harness make a throwaway cluster"
 }
 
-// pgHostPort is the host:port of a URL, a key=value DSN or libpq's
+// HostPort is the host:port of a URL, a key=value DSN or libpq's
 // variables: pgx knows where.
 func HostPort(ep string) string {
 	if pc, err := pgconn.ParseConfig(strings.TrimSpace(ep)); err == nil {

@@ -21,13 +21,14 @@ import (
 	"github.com/locksuite/locksuite/suite"
 )
 
-// RedisCACertEnv names a PEM file of the CA that signed a rediss:// server's
+// CACertEnv names a PEM file of the CA that signed a rediss:// server's
 // certificate. Redis has no variable of its own for it; without it, the
 // system's roots are used.
 const CACertEnv = "LOCKSUITE_REDIS_CACERT"
 
-// redisService is one redis-server.
+// Service is one redis-server.
 var Service = &services.Service{
+	Pod:  "redis",
 	Name: "redis", Title: "Redis", Server: "redis-server",
 	Lease: 200 * time.Millisecond, Pause: 500 * time.Millisecond, Duration: 5 * time.Second,
 	Vars:       []string{"REDIS_URL", CACertEnv},

@@ -25,22 +25,22 @@ import (
 // the user names (ZOOKEEPER_ADDRS, LOCKSUITE_ZOOKEEPER_ENSEMBLE): ZooKeeper
 // has no client variables of its own.
 const (
-	// ZooKeeperAuthEnv is "user:password" for the digest scheme: the
+	// AuthEnv is "user:password" for the digest scheme: the
 	// sessions authenticate with it, and the lock's znodes get an ACL for
 	// that user only (zookeeper.Config.Auth).
 	AuthEnv = "LOCKSUITE_ZOOKEEPER_AUTH"
-	// ZooKeeperCACertEnv names a PEM file of the CA that signed the
+	// CACertEnv names a PEM file of the CA that signed the
 	// servers' certificates: with it, the clients speak TLS (the servers'
 	// secureClientPort) and trust that CA only.
 	CACertEnv = "LOCKSUITE_ZOOKEEPER_CACERT"
-	// ZooKeeperCertEnv and ZooKeeperKeyEnv name a client certificate and
+	// CertEnv and ZooKeeperKeyEnv name a client certificate and
 	// its key (PEM), for a server whose ssl.clientAuth is need
 	// (ZooKeeper's default); either one also turns TLS on.
 	CertEnv = "LOCKSUITE_ZOOKEEPER_CERT"
 	KeyEnv  = "LOCKSUITE_ZOOKEEPER_KEY"
 )
 
-// zookeeperService is one ZooKeeper server (Debian's zookeeper.jar run
+// Service is one ZooKeeper server (Debian's zookeeper.jar run
 // with java), or the ensemble ZOOKEEPER_ADDRS names. tickTime 100 ms,
 // minSessionTimeout 200 ms on the harness's server; a stalled session is
 // freed within a tick of its timeout.
@@ -85,7 +85,7 @@ func newZooKeeper(c *services.Conn, cl suite.Client) (backends.Locker, error) {
 // errors.ErrUnsupported).
 const noClockZooKeeper = "zookeeper times sessions with System.nanoTime, a monotonic clock: a wall-clock jump does not move a session's expiry"
 
-// zookeeperFromEnv returns the fromEnv of a ZooKeeper service named by
+// FromEnv returns the fromEnv of a ZooKeeper service named by
 // variable v (ZOOKEEPER_ADDRS, LOCKSUITE_ZOOKEEPER_ENSEMBLE): the servers,
 // and the LOCKSUITE_ZOOKEEPER_* security settings.
 func FromEnv(name, v string) func() (*services.Conn, error) {
@@ -127,7 +127,7 @@ func FromEnv(name, v string) func() (*services.Conn, error) {
 	}
 }
 
-// zkAuth is the digest scheme's "user:password", or "" without a user.
+// Auth is the digest scheme's "user:password", or "" without a user.
 func Auth(c *services.Conn) string {
 	if c.User == "" {
 		return ""
