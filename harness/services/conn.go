@@ -14,25 +14,25 @@ import (
 // Conn is how to reach one backend: its endpoint, and the credentials and
 // TLS settings the environment gave for it.
 type Conn struct {
-	// endpoint: host:port (redis without a URL, consul, etcd), a URL
+	// Endpoint: host:port (redis without a URL, consul, etcd), a URL
 	// (redis, etcd), a DSN (postgres; " " for the PG* variables).
 	Endpoint string
 	TLS      *tls.Config // redis, etcd, consul, zookeeper; nil = plain
 	User     string      // etcd, zookeeper
 	Password string      // etcd, zookeeper
 	Token    string      // consul
-	// rest and namespace: the Kubernetes API's client configuration and
+	// Rest and Namespace: the Kubernetes API's client configuration and
 	// the namespace of the suite's Leases (kube).
 	Rest      *rest.Config
 	Namespace string
-	// env is the variables (name=value) the user set for this backend, to
+	// Env is the variables (name=value) the user set for this backend, to
 	// pass to worker processes.
 	Env []string
-	// secrets are the values that must never be printed.
+	// Secrets are the values that must never be printed.
 	Secrets []string
 }
 
-// addrs splits a comma-separated endpoint.
+// Addrs splits a comma-separated endpoint.
 func (c *Conn) Addrs() []string {
 	var out []string
 	for _, a := range strings.Split(c.Endpoint, ",") {
@@ -43,7 +43,7 @@ func (c *Conn) Addrs() []string {
 	return out
 }
 
-// hostPorts are addrs without their http:// or https:// schemes.
+// HostPorts are Addrs without their http:// or https:// schemes.
 func (c *Conn) HostPorts() []string {
 	out := c.Addrs()
 	for i, a := range out {
@@ -52,7 +52,7 @@ func (c *Conn) HostPorts() []string {
 	return out
 }
 
-// hostPort is the host:port of the first server of s at ep.
+// HostPort is the host:port of the first server of s at ep.
 func (s *Service) HostPort(ep string) string {
 	if s.HostPortOf != nil {
 		return s.HostPortOf(ep)

@@ -14,8 +14,8 @@ import (
 // while Close stops them (servers.Crasher's rule).
 type Crashing struct {
 	C servers.Crasher
-	// cannot, if not empty, is why the service cannot crash at all;
-	// noPower why it cannot lose power.
+	// Cannot, if not empty, is why the service cannot crash at all;
+	// NoPower why it cannot lose power.
 	Cannot, NoPower string
 	Mu              *sync.Mutex // the Env's
 }
@@ -61,7 +61,8 @@ func (c *Crashing) Sync() error {
 	return c.C.Sync()
 }
 
-// Crashable is a suite.Servers of this package's, told how it crashes.
+// Crashable is a suite.Servers of this package's or an entry's, told how
+// it crashes (by suite/local, which started it).
 type Crashable interface {
 	suite.Servers
 	SetCrashing(*Crashing)

@@ -22,7 +22,7 @@ type Symptoms struct {
 	Addr string // the server's host:port
 }
 
-// has reports whether the error's text contains any of subs.
+// Has reports whether the error's text contains any of subs.
 func (s Symptoms) Has(subs ...string) bool {
 	for _, sub := range subs {
 		if strings.Contains(s.Msg, sub) {
@@ -32,12 +32,12 @@ func (s Symptoms) Has(subs ...string) bool {
 	return false
 }
 
-// untrusted reports a certificate the client does not trust.
+// Untrusted reports a certificate the client does not trust.
 func (s Symptoms) Untrusted() bool {
 	return s.Has("x509:", "certificate signed by unknown authority", "certificate is not valid", "certificate is valid for")
 }
 
-// plainToTLS reports a plain client refused by a server that wants TLS.
+// PlainToTLS reports a plain client refused by a server that wants TLS.
 func (s Symptoms) PlainToTLS() bool { return s.C.TLS == nil && SpeaksTLS(s.Addr) }
 
 // Diagnose explains why a named server of service sv could not be

@@ -10,9 +10,10 @@ import (
 	"github.com/locksuite/locksuite/suite"
 )
 
-// ServerMembers is suite.Servers for one server this package started: its
+// ServerMembers is suite.Servers for one server the harness started: its
 // process (group) is the only member; an embedded server has none. It
-// crashes the server (suite.Crasher) when Start was told to (WithCrash).
+// crashes the server (suite.Crasher) when suite/local.Start was told to
+// (WithCrash).
 type ServerMembers struct {
 	Service    *Service
 	Server     servers.Server

@@ -26,36 +26,36 @@ const (
 // Service is the server, or set of servers, that backends run on: how the
 // harness starts one, how the environment names one, how to check it, and
 // the defaults of the backends on it. Each service is described once, in
-// its file (redis.go, postgres.go, ...).
+// its folder's entry (harness/services/<service>/entry).
 type Service struct {
 	Name string
-	// Title is how prose names the service ("Redis", "etcd"); server is
+	// Title is how prose names the service ("Redis", "etcd"); Server is
 	// what the harness starts for it ("redis-server", "an embedded etcd
 	// server"): the CLI's help and the docs say them.
 	Title, Server string
 	// Lease is the default lease: short, so that the pause scenarios take
 	// well under a second where the server allows it.
 	Lease time.Duration
-	// Pause and duration size the chaos scenarios: each pause longer than
+	// Pause and Duration size the chaos scenarios: each pause longer than
 	// the service's expiry with the default lease, so that a pause inside
-	// a critical section lets a second holder in. pauses 0 means 4.
+	// a critical section lets a second holder in. Pauses 0 means 4.
 	Pause, Duration time.Duration
 	Pauses          int
 	// Vars are the environment variables that name and configure a server
 	// the user runs; those set are passed on to worker processes. The
-	// first one names the server (see environ).
+	// first one names the server (see Environ).
 	Vars []string
 	// Shared are variables of another service (its credentials and TLS
-	// settings) that fromEnv reads too: passed on to worker processes as
+	// settings) that FromEnv reads too: passed on to worker processes as
 	// Vars are, and listed under that service.
 	Shared []string
-	// FromEnv reads vars: the named server's connection, or nil when the
-	// environment names none. Nil fromEnv: the first of vars is the
+	// FromEnv reads Vars: the named server's connection, or nil when the
+	// environment names none. Nil FromEnv: the first of Vars is the
 	// server's address, as is.
 	FromEnv func() (*Conn, error)
 	// Start starts a throwaway server (or several) on loopback, with
 	// opts: none, a variant's durability, or under WithCrash crashable
-	// ones (crashOptions).
+	// ones (suite/local's startOptions).
 	Start func(ctx context.Context, opts ...servers.Option) (servers.Server, error)
 	// Durability is the setting the harness's servers of this service
 	// Start with under WithCrash (the packaged defaults where the
@@ -64,13 +64,13 @@ type Service struct {
 	// and a variant's servers always: it is what the variant is.
 	Durability servers.Durability
 	Variant    bool
-	// Timeout bounds start and the probe of a named server. Default 30 s.
+	// Timeout bounds Start and the probe of a named server. Default 30 s.
 	Timeout time.Duration
 	// Probe checks that a server answers this client (credentials
 	// included); nil: not checked.
 	Probe func(ctx context.Context, c *Conn) error
 	// Diagnose names the problem and the fix of a failed probe (see
-	// unavailable); nil: only the generic diagnosis.
+	// Diagnose, the function); nil: only the generic diagnosis.
 	Diagnose func(s Symptoms) (problem, fix string)
 	// StartTLS: TLS is negotiated inside the protocol (Postgres's
 	// SSLRequest), so a bare TLS handshake says nothing about a failure.
@@ -79,7 +79,7 @@ type Service struct {
 	// endpoint is host:port.
 	HostPortOf func(endpoint string) string
 	// Environ is the variable (name=value) that points a worker process at
-	// a server the harness started; nil: vars[0]=endpoint.
+	// a server the harness started; nil: Vars[0]=endpoint.
 	Environ func(endpoint string) string
 	// Servers gives the suite a server the harness started, so that the
 	// server-fault and failover scenarios can stop, kill or move it; nil:
@@ -90,11 +90,11 @@ type Service struct {
 	Nodes *OnNodes
 	// Connect, if not nil, is the connection to a server the harness
 	// started when its endpoint is not enough for the clients (kube: a
-	// rest.Config and a namespace), with the variables (conn.env) that
+	// rest.Config and a namespace), with the variables (Conn.Env) that
 	// point a worker process at it.
 	Connect func(s servers.Server) (*Conn, error)
 	// Version is the version of the server the harness would start here,
-	// for the run's environment report (see ServerVersions).
+	// for the run's environment report (suite/local's ServerVersions).
 	Version func() string
 	// NoCompose is why docker-compose.yml has no service of this name
 	// (TestDockerCompose); "": it has one.
@@ -104,11 +104,11 @@ type Service struct {
 	// "nats"); "": it has none, and --kubernetes refuses its backends.
 	Pod string
 	// Store, if not nil, opens the counter store on the service (see
-	// stores in store.go).
+	// suite/local's stores).
 	Store func(ctx context.Context, c *Conn) (*CounterStore, error)
 }
 
-// Backend is one backend this package provides: the service it runs on and
+// Backend is one backend the suite provides: the service it runs on and
 // how to make its Locker there.
 type Backend struct {
 	Name string
@@ -126,14 +126,14 @@ type Backend struct {
 	// server, where it is embedded), for the environment report.
 	Modules []string
 	// OwnClient says which protocol the adapter speaks itself, with no
-	// client module ("memcached's meta protocol"); modules is then empty.
+	// client module ("memcached's meta protocol"); Modules is then empty.
 	OwnClient string
 	// Worker is the shipped worker (backends/foreign/workers) of a
 	// language backend: Start prepares it and asks it what it is.
 	Worker string
 }
 
-// chaos is the service's default chaos sizes.
+// Chaos is the service's default chaos sizes.
 func (s *Service) Chaos() suite.Chaos {
 	c := suite.NewConfig().Chaos
 	c.Interval, c.Pauses, c.StallEvery = 500*time.Millisecond, 4, 10
@@ -144,15 +144,15 @@ func (s *Service) Chaos() suite.Chaos {
 	return c
 }
 
-// StartOf is servers' StartX of one server or a cluster (S), as
-// service.start.
+// StartOf is a service package's Start of one server or a cluster (S),
+// as Service.Start.
 func StartOf[S servers.Server](start func(context.Context, ...servers.Option) (S, error)) func(context.Context, ...servers.Option) (servers.Server, error) {
 	return func(ctx context.Context, opts ...servers.Option) (servers.Server, error) {
 		return start(ctx, opts...)
 	}
 }
 
-// ThreeOf is servers' StartXCluster of n members with n = 3.
+// ThreeOf is a service package's StartCluster of n members with n = 3.
 func ThreeOf[C servers.Cluster](start func(context.Context, int, ...servers.Option) (C, error)) func(context.Context, ...servers.Option) (C, error) {
 	return func(ctx context.Context, opts ...servers.Option) (C, error) { return start(ctx, 3, opts...) }
 }
@@ -197,8 +197,8 @@ func VariantOf(single *Service, name, title, server, v string, d servers.Durabil
 	return &s
 }
 
-// withSecurityOf makes a cluster named by its variable read the
-// credentials and TLS settings of single's variables (all of single.vars
+// WithSecurityOf makes a cluster named by its variable read the
+// credentials and TLS settings of single's variables (all of single.Vars
 // but its address) with fromEnv, and pass them on to worker processes.
 func (s *Service) WithSecurityOf(single *Service, fromEnv func() (*Conn, error)) *Service {
 	s.Shared = single.Vars[1:]
@@ -206,15 +206,15 @@ func (s *Service) WithSecurityOf(single *Service, fromEnv func() (*Conn, error))
 	return s
 }
 
-// onThreeNodes makes s start anew on three nodes, one member each (the
-// node scenarios), with start (threeOn).
+// OnThreeNodes makes s start anew on three nodes, one member each (the
+// node scenarios), with start (ThreeOn).
 func (s *Service) OnThreeNodes(start func(context.Context, *servers.Hosts, suite.NodeOptions) (servers.Cluster, error)) *Service {
 	s.Nodes = &OnNodes{N: 3, Members: 3, Start: start}
 	return s
 }
 
-// ThreeOn is servers' StartXClusterOn of n members with n = 3, for
-// onThreeNodes (it takes no NodeOptions).
+// ThreeOn is a service package's StartClusterOn of n members with n = 3,
+// for OnThreeNodes (it takes no NodeOptions).
 func ThreeOn[C servers.Cluster](start func(context.Context, *servers.Hosts, int, ...servers.Option) (C, error)) func(context.Context, *servers.Hosts, suite.NodeOptions) (servers.Cluster, error) {
 	return func(ctx context.Context, h *servers.Hosts, _ suite.NodeOptions) (servers.Cluster, error) {
 		return start(ctx, h, 3)
@@ -229,15 +229,15 @@ type OnNodes struct {
 	N       int // processes
 	Members int // the first members of them serve; the others watch
 	Start   func(ctx context.Context, h *servers.Hosts, o suite.NodeOptions) (servers.Cluster, error)
-	// direct, if not nil, makes a Locker that talks to the member at addr
+	// Direct, if not nil, makes a Locker that talks to the member at addr
 	// only, where the backend's own Locker would discover the members
 	// (Redis's Sentinel client): a client that keeps its connection to the
 	// primary it knows.
 	Direct func(addr string, cl suite.Client) (backends.Locker, error)
 }
 
-// CounterStore is the counter store open on a service: new makes the
-// fencing.Store of one configuration, close closes the connection.
+// CounterStore is the counter store open on a service: New makes the
+// fencing.Store of one configuration, Close closes the connection.
 type CounterStore struct {
 	New   func(ctx context.Context, name string, fenced bool) (fencing.Store, error)
 	Close func()

@@ -20,10 +20,11 @@ import (
 	"github.com/locksuite/locksuite/harness/services"
 )
 
-// byService lists each service file's backends, in report order: within
+// byService lists each service entry's backends, in report order: within
 // each kind (adapters, libraries, clusters), backends are reported, and
-// "all" runs them, in the order of this list and then of each file's
-// entries. Adding a service is its file and one line here.
+// "all" runs them, in the order of this list and then of each entry's.
+// Adding a service is its folder (harness/services/<service>) and one line
+// here.
 var byService = [][]services.Backend{
 	consulentry.Backends,
 	etcdentry.Backends,
