@@ -165,8 +165,13 @@ func (f *FS) Crash() Dropped {
 	for ino, fl := range f.files {
 		fl.mu.Lock()
 		if len(fl.pages) > 0 {
-			d.Bytes += fl.dirtyBytes()
-			d.Files = append(d.Files, fl.name())
+			// A removed file's data went with its last name, not with the
+			// crash: its state stays here only until the kernel's release
+			// of its last descriptor, which comes after close(2) returned.
+			if !fl.unlinked {
+				d.Bytes += fl.dirtyBytes()
+				d.Files = append(d.Files, fl.name())
+			}
 			clear(fl.pages)
 			if fl.inode != nil {
 				stale = append(stale, fl.inode)
