@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -36,37 +35,6 @@ func ConsulCachePath() string { return BuildCachePath("consul-" + ConsulVersion)
 // (127.0.0.1, or a node's), and concurrent runs or a bench of 64 clients with
 // long-polling waiters went past 200 and were answered 429.
 const consulConnsPerClient = 4096
-
-// FindBinary finds a server binary that ci/setup.sh builds: $env if set
-// (an error if that file does not exist), then cached (the build cache's
-// path, "" for none), then bin in PATH; its error says where it looked.
-func FindBinary(env, cached, bin string) (string, error) {
-	if p := os.Getenv(env); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s=%s: %w", env, p, err)
-		}
-		return p, nil
-	}
-	if cached != "" {
-		if _, err := os.Stat(cached); err == nil {
-			return cached, nil
-		}
-	}
-	if p, err := exec.LookPath(bin); err == nil {
-		return p, nil
-	}
-	return "", errors.New("no " + bin + " binary (not in $" + env + ", " + cached + " or PATH)")
-}
-
-// BuildCachePath is file in <user cache dir>/locksuite, where ci/setup.sh
-// leaves the binaries it builds; "" if there is no user cache directory.
-func BuildCachePath(file string) string {
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(d, "locksuite", file)
-}
 
 // Consul is a single-server Consul agent, started by StartConsul.
 type Consul struct {
@@ -132,7 +100,7 @@ tls {
 `, certs.CA, certs.ServerCert, certs.ServerKey)
 	}
 	if o.Auth {
-		s.secrets.Token = randomUUID()
+		s.secrets.Token = RandomUUID()
 		extra += fmt.Sprintf(`
 acl {
   enabled = true

@@ -136,7 +136,7 @@ type dataDir struct {
 // directory), owned by cred's user (nil: this process's), mode 0700. It
 // is mounted by mount.
 func newDataDir(dir, name string, lazy bool, cred *syscall.Credential) (*dataDir, error) {
-	uid, gid := ids(cred)
+	uid, gid := Owner(cred)
 	d := &dataDir{path: filepath.Join(dir, name), lazy: lazy}
 	d.setup = d.path
 	if lazy {
@@ -155,9 +155,9 @@ func newDataDir(dir, name string, lazy bool, cred *syscall.Credential) (*dataDir
 	return d, nil
 }
 
-// ids are cred's user and group ids, -1 for nil (this process's: chown
+// Owner is cred's user and group ids, -1 for nil (this process's: chown
 // leaves them).
-func ids(cred *syscall.Credential) (uid, gid int) {
+func Owner(cred *syscall.Credential) (uid, gid int) {
 	if cred == nil {
 		return -1, -1
 	}

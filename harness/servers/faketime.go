@@ -55,10 +55,10 @@ type FakeClock struct {
 	offset time.Duration
 }
 
-// newFakeClock prepares a clock file in dir (owned by uid, gid when not
+// NewFakeClock prepares a clock file in dir (owned by uid, gid when not
 // -1) and returns the environment to start the server with; nil and no
 // error when libfaketime (or glibc's libc_malloc_debug) is not installed.
-func newFakeClock(dir string, uid, gid int) (*FakeClock, []string, error) {
+func NewFakeClock(dir string, uid, gid int) (*FakeClock, []string, error) {
 	preload := fakeTimePreload()
 	if preload == "" {
 		return nil, nil, nil

@@ -2,6 +2,11 @@ package servers
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -180,3 +185,45 @@ func ServiceDir(backend, name, account, pkg string) (cred *syscall.Credential, d
 // LookPath finds the program bin on PATH or, failing that, in dirs (where
 // Debian installs servers outside a user's PATH, /usr/sbin).
 func LookPath(bin string, dirs ...string) (string, error) { return lookPath(bin, dirs...) }
+
+// FindBinary finds a server binary that ci/setup.sh builds: $env if set
+// (an error if that file does not exist), then cached (the build cache's
+// path, "" for none), then bin in PATH; its error says where it looked.
+func FindBinary(env, cached, bin string) (string, error) {
+	if p := os.Getenv(env); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", env, p, err)
+		}
+		return p, nil
+	}
+	if cached != "" {
+		if _, err := os.Stat(cached); err == nil {
+			return cached, nil
+		}
+	}
+	if p, err := exec.LookPath(bin); err == nil {
+		return p, nil
+	}
+	return "", errors.New("no " + bin + " binary (not in $" + env + ", " + cached + " or PATH)")
+}
+
+// BuildCachePath is file in <user cache dir>/locksuite, where ci/setup.sh
+// leaves the binaries it builds; "" if there is no user cache directory.
+func BuildCachePath(file string) string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "locksuite", file)
+}
+
+// NewDataDirAs is NewDataDir for a server that runs as cred's user (nil:
+// this process's), who then owns the directories.
+func (b *Base) NewDataDirAs(name string, lazy bool, cred *syscall.Credential) (string, error) {
+	d, err := newDataDir(b.dir, name, lazy, cred)
+	if err != nil {
+		return "", err
+	}
+	b.data = d
+	return d.path, nil
+}

@@ -81,7 +81,7 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 	if err != nil {
 		return nil, err
 	}
-	uid, gid := ids(cred)
+	uid, gid := Owner(cred)
 	// The server's settings, for the bootstrap and the server alike
 	// (--no-defaults: no /etc/mysql/my.cnf of the machine's own server).
 	// --tmpdir: the server's own directory, not $TMPDIR, which may be
@@ -93,7 +93,7 @@ func StartMariaDB(ctx context.Context, opts ...Option) (*MariaDB, error) {
 	}
 	// The bootstrap writes to disk (the mount's backing directory), not
 	// through a lazyfs mount: a power loss is not meant to undo it.
-	out, err := runAs(ctx, cred, dir, installDB, append(common[:1:1], append([]string{
+	out, err := RunAs(ctx, cred, dir, installDB, append(common[:1:1], append([]string{
 		"--auth-root-authentication-method=normal", "--skip-test-db", "--datadir=" + dd.setup}, common[1:]...)...)...)
 	if err != nil {
 		os.RemoveAll(dir)

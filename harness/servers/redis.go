@@ -106,7 +106,7 @@ func StartRedis(ctx context.Context, opts ...Option) (*Redis, error) {
 	}
 	argv = append(argv, "--bind", "127.0.0.1", "--dir", r.data.path, "--daemonize", "no", "--protected-mode", "yes")
 	argv = append(argv, redisPersistence(o.Durability)...)
-	clock, env, err := newFakeClock(dir, -1, -1)
+	clock, env, err := NewFakeClock(dir, -1, -1)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

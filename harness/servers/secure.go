@@ -108,8 +108,8 @@ func RandomSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
-// randomUUID is a random version-4 UUID (Consul tokens are UUIDs).
-func randomUUID() string {
+// RandomUUID is a random version-4 UUID (Consul tokens are UUIDs).
+func RandomUUID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
