@@ -216,14 +216,3 @@ func BuildCachePath(file string) string {
 	}
 	return filepath.Join(d, "locksuite", file)
 }
-
-// NewDataDirAs is NewDataDir for a server that runs as cred's user (nil:
-// this process's), who then owns the directories.
-func (b *Base) NewDataDirAs(name string, lazy bool, cred *syscall.Credential) (string, error) {
-	d, err := newDataDir(b.dir, name, lazy, cred)
-	if err != nil {
-		return "", err
-	}
-	b.data = d
-	return d.path, nil
-}
